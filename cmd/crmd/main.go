@@ -1,0 +1,135 @@
+// Command crmd is the CRM records service: crmd serve runs it, and the other
+// subcommands are the operator's tools for businesses, API keys and the
+// database. Run crmd help for the list.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// cli is what every subcommand gets: its arguments and where to write.
+type cli struct {
+	stdout, stderr io.Writer
+}
+
+type command struct {
+	name, args, help string
+	run              func(ctx context.Context, c *cli, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "[--addr ADDR] [--db DB] [--max-body SIZE] [--log-format text|json]", "run the service", serve},
+		{"migrate", "[--db DB]", "bring the database schema up to date", migrate},
+		{"business create", "NAME", "create a business; prints its id", businessCreate},
+		{"business list", "[--json]", "list businesses", businessList},
+		{"key create", "--business NAME [--name LABEL]", "create an API key; prints the key, shown this once", keyCreate},
+		{"key list", "--business NAME [--json]", "list a business's API keys", keyList},
+		{"key revoke", "--business NAME KEY_ID", "revoke an API key", keyRevoke},
+	}
+}
+
+// errUsage marks an error in how a command was called (exit status 2).
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, cmd := range commands() {
+		words := strings.Fields(cmd.name)
+		if len(args) < len(words) || !slices.Equal(args[:len(words)], words) {
+			continue
+		}
+		err := cmd.run(ctx, c, args[len(words):])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "crmd %s: %v\nusage: crmd %s %s\n", cmd.name, err, cmd.name, cmd.args)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "crmd %s: %v\n", cmd.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "crmd: unknown command %q\n\n", strings.Join(args[:min(2, len(args))], " "))
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "crmd: CRM records over JSON/HTTP, with the rules each business declares.")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, cmd := range commands() {
+		fmt.Fprintf(w, "  crmd %s %s\n      %s\n", cmd.name, cmd.args, cmd.help)
+	}
+	fmt.Fprintln(w, "\nEvery command takes --db (or CRMD_DB): a SQLite file path (default ./crmd.db)")
+	fmt.Fprintln(w, "or a postgres:// URL.")
+}
+
+// parseFlags parses args with fs, allowing flags and positional arguments
+// in any order ("key revoke KEY --business acme"); everything after "--" is
+// positional. It returns the positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var rest []string
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(pos []string, n int, what string) error {
+	switch {
+	case len(pos) < n:
+		return fmt.Errorf("%w: missing %s", errUsage, what)
+	case len(pos) > n:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, pos[n])
+	}
+	return nil
+}
+
+// envOr returns the environment variable name, or def when it is not set.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}

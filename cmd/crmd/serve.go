@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/crmd/crmd/engine"
+	"github.com/crmd/crmd/httpapi"
+	"github.com/crmd/crmd/objects/postgres"
+)
+
+// shutdownTimeout is how long SIGTERM waits for requests in flight.
+const shutdownTimeout = 30 * time.Second
+
+func serve(ctx context.Context, c *cli, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	addr := fs.String("addr", envOr("CRMD_ADDR", "127.0.0.1:8080"), "address to listen on (env CRMD_ADDR)")
+	db := dbFlag(fs)
+	maxBody := byteSize(httpapi.DefaultMaxBody)
+	if v := envOr("CRMD_MAX_BODY", ""); v != "" {
+		if err := maxBody.Set(v); err != nil {
+			return fmt.Errorf("%w: CRMD_MAX_BODY: %v", errUsage, err)
+		}
+	}
+	fs.Var(&maxBody, "max-body", "largest request body accepted, such as 1MiB or 65536 (env CRMD_MAX_BODY)")
+	logFormat := fs.String("log-format", envOr("CRMD_LOG_FORMAT", "text"), "log format: text or json (env CRMD_LOG_FORMAT)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, ""); err != nil {
+		return err
+	}
+	var handler slog.Handler
+	switch *logFormat {
+	case "text":
+		handler = slog.NewTextHandler(c.stderr, nil)
+	case "json":
+		handler = slog.NewJSONHandler(c.stderr, nil)
+	default:
+		return fmt.Errorf("%w: --log-format must be text or json", errUsage)
+	}
+	log := slog.New(handler)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	st, err := openStore(ctx, *db, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	eng := engine.New(st, engine.Options{Logger: log})
+	if bs, err := eng.Businesses(ctx); err == nil && len(bs) == 0 {
+		dbArg := ""
+		if *db != defaultDB {
+			dbArg = " --db '" + *db + "'"
+		}
+		log.Info("the database has no businesses yet; create one and an API key for it with: crmd business create NAME" + dbArg +
+			" && crmd key create --business NAME" + dbArg)
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           httpapi.New(eng, httpapi.Options{Logger: log, MaxBody: int64(maxBody)}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engDone := make(chan struct{})
+	go func() {
+		eng.Run(engCtx)
+		close(engDone)
+	}()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "store", storeKind(*db))
+
+	select {
+	case err := <-serveErr:
+		stopEngine()
+		<-engDone
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing requests in flight", "timeout", shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	stopEngine()
+	<-engDone
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func storeKind(dsn string) string {
+	if postgres.IsURL(dsn) {
+		return "postgres"
+	}
+	return "sqlite " + dsn
+}
+
+// byteSize is a flag holding a number of bytes, written plainly (65536) or
+// with a unit (64KiB, 1MiB, 1MB).
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000_000}, {"GB", 1000_000_000}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return fmt.Errorf("%q is not a size such as 1MiB or 65536", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

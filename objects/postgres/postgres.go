@@ -1,0 +1,257 @@
+// Package postgres is the store for deployments that outgrow one machine:
+// any number of crmd processes serve one PostgreSQL database, each with a
+// pgx connection pool, and keep no state of their own that another process
+// could contradict.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/crmd/crmd/objects"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migrationLock is the advisory lock that serialises migrations when several
+// processes start at once.
+const migrationLock = 0x63726d64 // "crmd"
+
+// Store is the PostgreSQL implementation of objects.Store.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+var _ objects.Store = (*Store)(nil)
+
+// IsURL reports whether dsn names a PostgreSQL database rather than a file.
+func IsURL(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open connects to the database at url and brings its schema up to date.
+func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the PostgreSQL URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	s := &Store{pool: pool, log: log}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("migrating: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+func (s *Store) migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	ms, err := objects.LoadMigrations(sub)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrationLock); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version integer NOT NULL PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`); err != nil {
+			return err
+		}
+		var current int
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+			return err
+		}
+		if latest := ms[len(ms)-1].Version; current > latest {
+			return &objects.SchemaTooNewError{Database: current, Binary: latest}
+		}
+		for _, m := range ms {
+			if m.Version <= current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations VALUES ($1, $2, now())", m.Version, m.Name); err != nil {
+				return err
+			}
+			s.log.Info("applied database migration", "version", m.Version, "name", m.Name)
+		}
+		return nil
+	})
+}
+
+// Write runs fn in a transaction. A deadlock or serialization failure, which
+// PostgreSQL resolves by failing one of the transactions involved, is retried
+// a few times: fn must be safe to run again.
+func (s *Store) Write(ctx context.Context, businessID string, fn func(objects.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
+			return fn(&tx{t: t, business: businessID})
+		})
+		if attempt < 4 && retryable(err) {
+			time.Sleep(time.Duration(attempt) * 5 * time.Millisecond)
+			continue
+		}
+		return err
+	}
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+const recordColumns = "id, data, created_at, updated_at"
+
+func scanRecord(row pgx.Row, object string) (*objects.Record, error) {
+	var (
+		r    = &objects.Record{Object: object}
+		data []byte
+	)
+	if err := row.Scan(&r.ID, &data, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		return nil, err
+	}
+	fields, err := objects.DecodeFields(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s record %s: %w", object, r.ID, err)
+	}
+	r.Fields, r.CreatedAt, r.UpdatedAt = fields, r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	return r, nil
+}
+
+// Get returns one record of the business.
+func (s *Store) Get(ctx context.Context, businessID, object, id string) (*objects.Record, error) {
+	r, err := scanRecord(s.pool.QueryRow(ctx, "SELECT "+recordColumns+" FROM records WHERE business_id = $1 AND object = $2 AND id = $3",
+		businessID, object, id), object)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &objects.NotFoundError{Object: object, ID: id}
+	}
+	return r, err
+}
+
+// List returns a page of records in id order. The offset is walked in the
+// primary key index alone (an index-only scan), and only the page itself is
+// read from the table.
+func (s *Store) List(ctx context.Context, businessID, object string, limit, offset int) ([]*objects.Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM records
+		WHERE business_id = $1 AND object = $2 AND id IN (
+			SELECT id FROM records WHERE business_id = $1 AND object = $2 ORDER BY id LIMIT $3 OFFSET $4)
+		ORDER BY id`, businessID, object, limit, offset)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", object, err)
+	}
+	defer rows.Close()
+	var out []*objects.Record
+	for rows.Next() {
+		r, err := scanRecord(rows, object)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing %s: %w", object, err)
+	}
+	return out, nil
+}
+
+type tx struct {
+	t        pgx.Tx
+	business string
+}
+
+func (t *tx) Get(ctx context.Context, object, id string) (*objects.Record, error) {
+	r, err := scanRecord(t.t.QueryRow(ctx, "SELECT "+recordColumns+" FROM records WHERE business_id = $1 AND object = $2 AND id = $3 FOR UPDATE",
+		t.business, object, id), object)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &objects.NotFoundError{Object: object, ID: id}
+	}
+	return r, err
+}
+
+func (t *tx) Exists(ctx context.Context, object, id string) (bool, error) {
+	var ok bool
+	err := t.t.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM records WHERE business_id = $1 AND object = $2 AND id = $3)",
+		t.business, object, id).Scan(&ok)
+	return ok, err
+}
+
+func (t *tx) Insert(ctx context.Context, r *objects.Record) error {
+	data, err := objects.EncodeFields(r.Fields)
+	if err != nil {
+		return err
+	}
+	_, err = t.t.Exec(ctx, "INSERT INTO records (business_id, object, id, data, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+		t.business, r.Object, r.ID, string(data), r.CreatedAt, r.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("inserting a %s record: %w", r.Object, err)
+	}
+	return nil
+}
+
+func (t *tx) Update(ctx context.Context, r *objects.Record) error {
+	data, err := objects.EncodeFields(r.Fields)
+	if err != nil {
+		return err
+	}
+	tag, err := t.t.Exec(ctx, "UPDATE records SET data = $1, updated_at = $2 WHERE business_id = $3 AND object = $4 AND id = $5",
+		string(data), r.UpdatedAt, t.business, r.Object, r.ID)
+	if err != nil {
+		return fmt.Errorf("updating a %s record: %w", r.Object, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &objects.NotFoundError{Object: r.Object, ID: r.ID}
+	}
+	return nil
+}
+
+func (t *tx) Delete(ctx context.Context, object, id string) error {
+	tag, err := t.t.Exec(ctx, "DELETE FROM records WHERE business_id = $1 AND object = $2 AND id = $3", t.business, object, id)
+	if err != nil {
+		return fmt.Errorf("deleting a %s record: %w", object, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return &objects.NotFoundError{Object: object, ID: id}
+	}
+	return nil
+}

@@ -1,0 +1,273 @@
+package objects
+
+import (
+	_ "embed"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/crmd/crmd/objects/decl"
+)
+
+// A Schema is the set of objects one business can use: the standard objects
+// and, from its rule packs, custom objects and extra fields. A Schema is
+// immutable once built and safe for concurrent use.
+type Schema struct {
+	objects map[string]*Object
+	names   []string
+}
+
+// Object returns the object with the given API name.
+func (s *Schema) Object(name string) (*Object, bool) {
+	o, ok := s.objects[name]
+	return o, ok
+}
+
+// Names returns the API names of all objects, sorted.
+func (s *Schema) Names() []string { return s.names }
+
+// An Object is a kind of record: contacts, deals, or a custom object.
+type Object struct {
+	Name     string // API name, the path segment in /api/v1/<name>
+	Label    string
+	Standard bool // one of the eleven objects every business has
+	Fields   []*Field
+
+	byName map[string]*Field
+	names  []string
+}
+
+// Field returns the field with the given name.
+func (o *Object) Field(name string) (*Field, bool) {
+	f, ok := o.byName[name]
+	return f, ok
+}
+
+// FieldNames returns the names of the object's fields in declaration order.
+func (o *Object) FieldNames() []string { return o.names }
+
+// A Field is one named, typed value of a record.
+type Field struct {
+	Name   string
+	Label  string
+	Type   FieldType
+	Target string // for references: the API name of the object referred to
+}
+
+// ReservedFields are kept by the server on every record; clients cannot
+// write them and schemas cannot declare them.
+var ReservedFields = []string{"id", "created_at", "updated_at"}
+
+// ObjectDecl is an object as declared in a schema file: the standard objects
+// file, or the objects section of a rule pack.
+type ObjectDecl struct {
+	Name   string
+	Label  string
+	Fields []*FieldDecl
+	Pos    decl.Pos
+}
+
+// FieldDecl is a field as declared in a schema file.
+type FieldDecl struct {
+	Name   string
+	Type   string
+	Label  string
+	Object string // reference target
+	Pos    decl.Pos
+}
+
+var (
+	objectKeys = []string{"label", "fields"}
+	fieldKeys  = []string{"type", "label", "object"}
+)
+
+// DecodeObjects reads an objects section: a mapping of API names to objects,
+// each with an optional label and a mapping of field names to fields. A field
+// is a type name ("email") or a mapping with its type and settings.
+func DecodeObjects(r *decl.Reader, n *yaml.Node, path string) []*ObjectDecl {
+	var out []*ObjectDecl
+	r.Mapping(n, path, nil, func(name string, v *yaml.Node, path string) {
+		od := &ObjectDecl{Name: name, Pos: r.Pos(v)}
+		r.Mapping(v, path, objectKeys, func(key string, v *yaml.Node, path string) {
+			switch key {
+			case "label":
+				od.Label, _ = r.String(v, path)
+			case "fields":
+				r.Mapping(v, path, nil, func(fname string, v *yaml.Node, path string) {
+					od.Fields = append(od.Fields, decodeField(r, fname, v, path))
+				})
+			}
+		})
+		out = append(out, od)
+	})
+	return out
+}
+
+func decodeField(r *decl.Reader, name string, n *yaml.Node, path string) *FieldDecl {
+	fd := &FieldDecl{Name: name, Pos: r.Pos(n)}
+	if n.Kind == yaml.ScalarNode {
+		fd.Type, _ = r.String(n, path)
+		return fd
+	}
+	r.Mapping(n, path, fieldKeys, func(key string, v *yaml.Node, path string) {
+		switch key {
+		case "type":
+			fd.Type, _ = r.String(v, path)
+		case "label":
+			fd.Label, _ = r.String(v, path)
+		case "object":
+			fd.Object, _ = r.String(v, path)
+		}
+	})
+	return fd
+}
+
+var apiName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// MaxNameLen bounds the length of object and field names.
+const MaxNameLen = 63
+
+// Extend returns a new schema: base (which may be nil) with the declared
+// objects added. Declaring an object that base has adds fields to it. The
+// objects added are standard ones when standard is true. Every problem is
+// reported, each at the position of its declaration.
+func Extend(base *Schema, decls []*ObjectDecl, standard bool) (*Schema, decl.Errors) {
+	var errs decl.Errors
+	fail := func(pos decl.Pos, path, format string, args ...any) {
+		errs = append(errs, &decl.Error{Pos: pos, Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	s := &Schema{objects: map[string]*Object{}}
+	if base != nil {
+		for name, o := range base.objects {
+			s.objects[name] = o
+		}
+	}
+	for _, od := range decls {
+		path := decl.Join("objects", od.Name)
+		o, exists := s.objects[od.Name]
+		switch {
+		case exists:
+			if od.Label != "" && od.Label != o.Label {
+				fail(od.Pos, path, "cannot relabel %s, which is already declared", od.Name)
+			}
+			o = o.clone()
+		case !apiName.MatchString(od.Name) || len(od.Name) > MaxNameLen:
+			fail(od.Pos, path, "object name %q must be lower case letters, digits and underscores, start with a letter, and be at most %d long", od.Name, MaxNameLen)
+			continue
+		default:
+			o = &Object{Name: od.Name, Label: od.Label, Standard: standard, byName: map[string]*Field{}}
+			if o.Label == "" {
+				o.Label = od.Name
+			}
+		}
+		for _, fd := range od.Fields {
+			fpath := decl.Join(decl.Join(path, "fields"), fd.Name)
+			f, err := newField(fd)
+			if err != "" {
+				fail(fd.Pos, fpath, "%s", err)
+				continue
+			}
+			if _, dup := o.byName[f.Name]; dup {
+				fail(fd.Pos, fpath, "field %s is already declared on %s", f.Name, o.Name)
+				continue
+			}
+			o.Fields = append(o.Fields, f)
+			o.byName[f.Name] = f
+			o.names = append(o.names, f.Name)
+		}
+		s.objects[o.Name] = o
+	}
+	for _, od := range decls {
+		for _, fd := range od.Fields {
+			if fd.Object != "" && s.objects[fd.Object] == nil {
+				fail(fd.Pos, decl.Join(decl.Join(decl.Join("objects", od.Name), "fields"), fd.Name),
+					"references unknown object %s%s", fd.Object, decl.DidYouMean(fd.Object, s.sortedNames()))
+			}
+		}
+	}
+	s.names = s.sortedNames()
+	return s, errs
+}
+
+func newField(fd *FieldDecl) (*Field, string) {
+	if !apiName.MatchString(fd.Name) || len(fd.Name) > MaxNameLen {
+		return nil, fmt.Sprintf("field name %q must be lower case letters, digits and underscores, start with a letter, and be at most %d long", fd.Name, MaxNameLen)
+	}
+	if slices.Contains(ReservedFields, fd.Name) {
+		return nil, fmt.Sprintf("%s is kept by the server on every record and cannot be declared", fd.Name)
+	}
+	if fd.Type == "" {
+		return nil, "needs a type"
+	}
+	t, ok := LookupFieldType(fd.Type)
+	if !ok {
+		names := FieldTypeNames()
+		sort.Strings(names)
+		return nil, fmt.Sprintf("unknown type %s%s (types: %v)", fd.Type, decl.DidYouMean(fd.Type, names), names)
+	}
+	switch {
+	case t.Name() == "reference" && fd.Object == "":
+		return nil, "a reference needs object: the API name of the object it refers to"
+	case t.Name() != "reference" && fd.Object != "":
+		return nil, "only a reference has an object"
+	}
+	label := fd.Label
+	if label == "" {
+		label = fd.Name
+	}
+	return &Field{Name: fd.Name, Label: label, Type: t, Target: fd.Object}, ""
+}
+
+func (o *Object) clone() *Object {
+	c := *o
+	c.Fields = slices.Clone(o.Fields)
+	c.names = slices.Clone(o.names)
+	c.byName = make(map[string]*Field, len(o.byName))
+	for k, v := range o.byName {
+		c.byName[k] = v
+	}
+	return &c
+}
+
+func (s *Schema) sortedNames() []string {
+	names := make([]string, 0, len(s.objects))
+	for n := range s.objects {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+//go:embed standard.yaml
+var standardYAML []byte
+
+var standard = sync.OnceValues(func() (*Schema, error) {
+	root, err := decl.Parse("standard.yaml", standardYAML)
+	if err != nil {
+		return nil, err
+	}
+	r := &decl.Reader{File: "standard.yaml"}
+	var decls []*ObjectDecl
+	r.Mapping(root, "", []string{"objects"}, func(_ string, v *yaml.Node, path string) {
+		decls = DecodeObjects(r, v, path)
+	})
+	if err := r.Errs.Err(); err != nil {
+		return nil, err
+	}
+	s, errs := Extend(nil, decls, true)
+	return s, errs.Err()
+})
+
+// Standard returns the schema of the eleven standard objects, declared in
+// standard.yaml.
+func Standard() *Schema {
+	s, err := standard()
+	if err != nil {
+		panic("objects: standard.yaml: " + err.Error())
+	}
+	return s
+}
