@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"go.yaml.in/yaml/v3"
@@ -98,7 +99,9 @@ func DecodeObjects(r *decl.Reader, n *yaml.Node, path string) []*ObjectDecl {
 				od.Label, _ = r.String(v, path)
 			case "fields":
 				r.Mapping(v, path, nil, func(fname string, v *yaml.Node, path string) {
-					od.Fields = append(od.Fields, decodeField(r, fname, v, path))
+					if fd := decodeField(r, fname, v, path); fd != nil {
+						od.Fields = append(od.Fields, fd)
+					}
 				})
 			}
 		})
@@ -107,11 +110,17 @@ func DecodeObjects(r *decl.Reader, n *yaml.Node, path string) []*ObjectDecl {
 	return out
 }
 
+// decodeField reads one field, or returns nil after recording why it cannot.
 func decodeField(r *decl.Reader, name string, n *yaml.Node, path string) *FieldDecl {
 	fd := &FieldDecl{Name: name, Pos: r.Pos(n)}
-	if n.Kind == yaml.ScalarNode {
+	switch n.Kind {
+	case yaml.ScalarNode:
 		fd.Type, _ = r.String(n, path)
 		return fd
+	case yaml.MappingNode:
+	default:
+		r.Errorf(n, path, "must be a type name or a mapping with a type")
+		return nil
 	}
 	r.Mapping(n, path, fieldKeys, func(key string, v *yaml.Node, path string) {
 		switch key {
@@ -207,7 +216,10 @@ func newField(fd *FieldDecl) (*Field, string) {
 	if !ok {
 		names := FieldTypeNames()
 		sort.Strings(names)
-		return nil, fmt.Sprintf("unknown type %s%s (types: %v)", fd.Type, decl.DidYouMean(fd.Type, names), names)
+		if hint := decl.DidYouMean(fd.Type, names); hint != "" {
+			return nil, "unknown type " + fd.Type + hint
+		}
+		return nil, fmt.Sprintf("unknown type %s (the types are %s)", fd.Type, strings.Join(names, ", "))
 	}
 	switch {
 	case t.Name() == "reference" && fd.Object == "":

@@ -6,6 +6,7 @@ package decl
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -49,6 +50,20 @@ func (es Errors) Error() string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Sort orders es by file and position.
+func (es Errors) Sort() {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i].Pos, es[j].Pos
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Col < b.Col
+	})
 }
 
 // Err returns es as an error, or nil when it is empty.

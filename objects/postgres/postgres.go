@@ -169,14 +169,15 @@ func (s *Store) Get(ctx context.Context, businessID, object, id string) (*object
 	return r, err
 }
 
-// List returns a page of records in id order. The offset is walked in the
-// primary key index alone (an index-only scan), and only the page itself is
-// read from the table.
+// List returns a page of records in id order. The id at the offset is found
+// by walking the primary key index alone (an index-only scan), and the page
+// is read from there as a range of that index. The plan is the same with or
+// without table statistics.
 func (s *Store) List(ctx context.Context, businessID, object string, limit, offset int) ([]*objects.Record, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM records
-		WHERE business_id = $1 AND object = $2 AND id IN (
-			SELECT id FROM records WHERE business_id = $1 AND object = $2 ORDER BY id LIMIT $3 OFFSET $4)
-		ORDER BY id`, businessID, object, limit, offset)
+		WHERE business_id = $1 AND object = $2 AND id >= (
+			SELECT id FROM records WHERE business_id = $1 AND object = $2 ORDER BY id OFFSET $4 LIMIT 1)
+		ORDER BY id LIMIT $3`, businessID, object, limit, offset)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", object, err)
 	}

@@ -1,0 +1,126 @@
+package objects
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/crmd/crmd/objects/decl"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test -update rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+
+func TestSchemaErrors(t *testing.T) {
+	data, err := os.ReadFile("testdata/bad_objects.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := decl.Parse("bad_objects.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &decl.Reader{File: "bad_objects.yaml"}
+	var decls []*ObjectDecl
+	r.Mapping(root, "", []string{"objects"}, func(_ string, v *yaml.Node, path string) {
+		decls = DecodeObjects(r, v, path)
+	})
+	_, errs := Extend(Standard(), decls, false)
+	all := append(r.Errs, errs...)
+	all.Sort()
+	golden(t, "bad_objects.golden", all.Error()+"\n")
+}
+
+func TestStandardObjects(t *testing.T) {
+	s := Standard()
+	want := []string{"activities", "companies", "contacts", "deals", "invoices", "jobs", "leads", "notes", "products", "quotes", "tasks"}
+	if got := s.Names(); len(got) != len(want) {
+		t.Fatalf("standard objects = %v, want %v", got, want)
+	}
+	for _, name := range want {
+		o, ok := s.Object(name)
+		if !ok || !o.Standard || len(o.Fields) < 5 {
+			t.Errorf("standard object %s missing or too thin: %+v", name, o)
+			continue
+		}
+		if _, ok := o.Field("name"); !ok {
+			t.Errorf("%s has no name field", name)
+		}
+	}
+	for _, name := range []string{"leads", "contacts", "deals"} {
+		o, _ := s.Object(name)
+		for _, f := range []string{"status", "source", "name"} {
+			if _, ok := o.Field(f); !ok {
+				t.Errorf("%s has no %s field", name, f)
+			}
+		}
+	}
+	for _, name := range []string{"leads", "contacts"} {
+		o, _ := s.Object(name)
+		for _, f := range []string{"first_name", "last_name", "email"} {
+			if _, ok := o.Field(f); !ok {
+				t.Errorf("%s has no %s field", name, f)
+			}
+		}
+	}
+	deals, _ := s.Object("deals")
+	if f, _ := deals.Field("company_id"); f == nil || f.Type.Name() != "reference" || f.Target != "companies" {
+		t.Errorf("deals.company_id = %+v, want a reference to companies", f)
+	}
+}
+
+func TestExtendAddsFieldsAndObjects(t *testing.T) {
+	root, err := decl.Parse("pack.yaml", []byte(`
+objects:
+  deals:
+    fields:
+      region: string
+  vehicles:
+    label: Vehicles
+    fields:
+      plate: string
+      job_id: {type: reference, object: jobs}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &decl.Reader{File: "pack.yaml"}
+	var decls []*ObjectDecl
+	r.Mapping(root, "", []string{"objects"}, func(_ string, v *yaml.Node, path string) { decls = DecodeObjects(r, v, path) })
+	s, errs := Extend(Standard(), decls, false)
+	if err := append(r.Errs, errs...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deals, _ := s.Object("deals")
+	if _, ok := deals.Field("region"); !ok {
+		t.Error("deals did not get region")
+	}
+	if std, _ := Standard().Object("deals"); len(std.Fields) == len(deals.Fields) {
+		t.Error("extending changed the standard schema itself")
+	}
+	v, ok := s.Object("vehicles")
+	if !ok || v.Standard || v.Label != "Vehicles" || len(v.Fields) != 2 {
+		t.Errorf("vehicles = %+v", v)
+	}
+}
