@@ -31,7 +31,6 @@ func golden(t *testing.T, name, got string) {
 	}
 }
 
-
 func TestSchemaErrors(t *testing.T) {
 	data, err := os.ReadFile("testdata/bad_objects.yaml")
 	if err != nil {
