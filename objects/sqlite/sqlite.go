@@ -120,8 +120,8 @@ func (s *Store) Close() error {
 
 // Ping reports whether the database file can be read.
 func (s *Store) Ping(ctx context.Context) error {
-	var one int
-	return s.read.QueryRowContext(ctx, "SELECT 1 FROM businesses LIMIT 1").Scan(&one)
+	var version int
+	return s.read.QueryRowContext(ctx, "SELECT max(version) FROM schema_migrations").Scan(&version)
 }
 
 func (s *Store) migrate(ctx context.Context) error {

@@ -308,6 +308,15 @@ func TestBusinessesAndKeys(t *testing.T) {
 	})
 }
 
+func TestPingEmptyDatabase(t *testing.T) {
+	Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		if err := Open(t, kind).Ping(context.Background()); err != nil {
+			t.Fatalf("Ping on an empty database: %v", err)
+		}
+	})
+}
+
 func TestReopenMigratesOnce(t *testing.T) {
 	Each(t, func(t *testing.T, kind string) {
 		t.Parallel()
