@@ -16,7 +16,7 @@ import (
 func migrate(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	db := dbFlag(fs)
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func migrate(ctx context.Context, c *cli, args []string) error {
 func businessCreate(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("business create", flag.ContinueOnError)
 	db := dbFlag(fs)
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func businessList(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("business list", flag.ContinueOnError)
 	db := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func keyCreate(ctx context.Context, c *cli, args []string) error {
 	db := dbFlag(fs)
 	business := fs.String("business", "", "business name or id")
 	name := fs.String("name", "", "a label for the key")
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ func keyList(ctx context.Context, c *cli, args []string) error {
 	db := dbFlag(fs)
 	business := fs.String("business", "", "business name or id")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func keyRevoke(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("key revoke", flag.ContinueOnError)
 	db := dbFlag(fs)
 	business := fs.String("business", "", "business name or id")
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}

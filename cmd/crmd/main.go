@@ -88,8 +88,9 @@ func usage(w io.Writer) {
 
 // parseFlags parses args with fs, allowing flags and positional arguments
 // in any order ("key revoke KEY --business acme"); everything after "--" is
-// positional. It returns the positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+// positional. It returns the positional arguments. For -h or --help it
+// prints the command's usage and returns flag.ErrHelp.
+func (c *cli) parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	var rest []string
 	for i, a := range args {
@@ -102,6 +103,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				c.commandUsage(fs)
 				return nil, err
 			}
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -113,6 +115,17 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// commandUsage prints how to call the command fs belongs to, and its flags.
+func (c *cli) commandUsage(fs *flag.FlagSet) {
+	for _, cmd := range commands() {
+		if cmd.name == fs.Name() {
+			fmt.Fprintf(c.stderr, "usage: crmd %s %s\n\n%s.\n\nFlags:\n", cmd.name, cmd.args, cmd.help)
+		}
+	}
+	fs.SetOutput(c.stderr)
+	fs.PrintDefaults()
 }
 
 // wantArgs checks the number of positional arguments.

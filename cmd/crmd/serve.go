@@ -34,7 +34,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	}
 	fs.Var(&maxBody, "max-body", "largest request body accepted, such as 1MiB or 65536 (env CRMD_MAX_BODY)")
 	logFormat := fs.String("log-format", envOr("CRMD_LOG_FORMAT", "text"), "log format: text or json (env CRMD_LOG_FORMAT)")
-	pos, err := parseFlags(fs, args)
+	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
@@ -62,8 +62,12 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	defer st.Close()
 	eng := engine.New(st, engine.Options{Logger: log})
 	if bs, err := eng.Businesses(ctx); err == nil && len(bs) == 0 {
+		// A PostgreSQL URL may hold a password: the hint does not repeat it.
 		dbArg := ""
-		if *db != defaultDB {
+		switch {
+		case postgres.IsURL(*db):
+			dbArg = " --db <the same URL>"
+		case *db != defaultDB:
 			dbArg = " --db '" + *db + "'"
 		}
 		log.Info("the database has no businesses yet; create one and an API key for it with: crmd business create NAME" + dbArg +
