@@ -134,7 +134,9 @@ func (e *Engine) update(ctx context.Context, businessID string, obj *objects.Obj
 		if err != nil {
 			return err
 		}
-		obj.FromStorage(old.Fields)
+		if err := obj.Decode(old); err != nil {
+			return err
+		}
 		fields := maps.Clone(old.Fields)
 		for k, v := range patch {
 			if v == nil {
@@ -196,7 +198,6 @@ func (e *Engine) Get(ctx context.Context, businessID, object, id string) (*objec
 	if err != nil {
 		return nil, nil, err
 	}
-	obj.FromStorage(rec.Fields)
 	return obj, rec, nil
 }
 
@@ -210,9 +211,6 @@ func (e *Engine) List(ctx context.Context, businessID, object string, limit, off
 	recs, err := e.store.List(ctx, businessID, obj.Name, limit, offset)
 	if err != nil {
 		return nil, nil, err
-	}
-	for _, r := range recs {
-		obj.FromStorage(r.Fields)
 	}
 	return obj, recs, nil
 }

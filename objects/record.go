@@ -16,13 +16,16 @@ import (
 )
 
 // A Record is one row of an object. Fields holds the values that are set, in
-// canonical form (see Kind); a field that is not set is absent.
+// canonical form (see Kind); a field that is not set is absent. A record read
+// from a store comes with Data, its fields as stored, and Fields nil until
+// Object.Decode fills them in: answering a read needs only Data.
 type Record struct {
 	Object    string
 	ID        string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	Fields    map[string]any
+	Data      []byte
 }
 
 // CheckInput checks the fields a client sent and returns them in canonical
@@ -111,11 +114,6 @@ func (o *Object) FromStorage(fields map[string]any) {
 	}
 }
 
-// EncodeFields encodes field values for storage.
-func EncodeFields(fields map[string]any) ([]byte, error) {
-	return json.Marshal(fields)
-}
-
 // DecodeFields decodes field values from storage, with numbers as
 // json.Number; Object.FromStorage finishes the job.
 func DecodeFields(data []byte) (map[string]any, error) {
@@ -139,6 +137,14 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 // in declaration order (null when not set), then created_at and updated_at.
 // Values kept in storage for fields the object no longer has are left out.
 func (o *Object) AppendJSON(b []byte, r *Record) []byte {
+	if r.Fields == nil && r.Data != nil {
+		if out, ok := o.appendStored(b, r); ok {
+			return out
+		}
+		if err := o.Decode(r); err != nil {
+			r.Fields = map[string]any{} // unreadable stored data shows as unset fields
+		}
+	}
 	b = append(b, `{"id":`...)
 	b = appendString(b, r.ID)
 	for _, f := range o.Fields {
@@ -147,11 +153,15 @@ func (o *Object) AppendJSON(b []byte, r *Record) []byte {
 		b = append(b, ':')
 		b = appendValue(b, r.Fields[f.Name])
 	}
-	b = append(b, `,"created_at":`...)
-	b = appendString(b, r.CreatedAt.UTC().Format(TimeLayout))
-	b = append(b, `,"updated_at":`...)
-	b = appendString(b, r.UpdatedAt.UTC().Format(TimeLayout))
-	return append(b, '}')
+	return appendTimes(b, r)
+}
+
+func appendTimes(b []byte, r *Record) []byte {
+	b = append(b, `,"created_at":"`...)
+	b = r.CreatedAt.UTC().AppendFormat(b, TimeLayout)
+	b = append(b, `","updated_at":"`...)
+	b = r.UpdatedAt.UTC().AppendFormat(b, TimeLayout)
+	return append(b, `"}`...)
 }
 
 func appendValue(b []byte, v any) []byte {

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,7 +44,9 @@ import (
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // config is what the flags set.
@@ -74,7 +77,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "crmd-bench: %s %s, %d clients, %s per phase, phases %s\n",
 		cfg.url, cfg.object, cfg.clients, cfg.duration, strings.Join(cfg.phases, ","))
-	results, runErr := newBench(cfg, stderr).runPhases(ctx)
+	b, err := newBench(cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "crmd-bench: %v\n", err)
+		return 2
+	}
+	results, runErr := b.runPhases(ctx)
 	if len(results) > 0 {
 		if err := writeResults(stdout, cfg, results); err != nil {
 			fmt.Fprintf(stderr, "crmd-bench: writing results: %v\n", err)

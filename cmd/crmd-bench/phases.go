@@ -61,10 +61,11 @@ type result struct {
 // A request is one API call, with the check its 2xx answer must pass beyond
 // being JSON.
 type request struct {
-	method string
-	url    string
-	body   []byte
-	check  func(answer) error
+	method  string
+	target  string // the path and query
+	body    []byte
+	records bool // the answer's record ids are wanted
+	check   func(answer) error
 }
 
 // answer holds the parts of a response body that crmd-bench looks at.
@@ -92,39 +93,40 @@ func (e *statusError) Error() string {
 
 // bench holds what the phases of one run share.
 type bench struct {
-	cfg    config
-	client *http.Client
-	base   string // URL of the object's records
-	log    io.Writer
-	errs   errorLog
-	runID  string        // makes the emails of this run unique
-	seq    atomic.Uint64 // numbers the records this run creates
+	cfg   config
+	setup *client // the connection of the untimed requests
+	base  string  // path of the object's records
+	log   io.Writer
+	errs  errorLog
+	runID string        // makes the emails of this run unique
+	seq   atomic.Uint64 // numbers the records this run creates
 
 	mu  sync.Mutex
 	ids []string // records to get and update
 }
 
-// newBench returns a bench whose HTTP client keeps a connection alive for
-// each of its clients.
-func newBench(cfg config, log io.Writer) *bench {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns = cfg.clients
-	tr.MaxIdleConnsPerHost = cfg.clients
-	return &bench{
-		cfg:    cfg,
-		client: &http.Client{Transport: tr, Timeout: requestTimeout},
-		base:   cfg.url + "/api/v1/" + url.PathEscape(cfg.object),
-		log:    log,
-		errs:   errorLog{w: log, seen: map[string]bool{}, shown: map[string]int{}},
-		runID:  strconv.FormatInt(time.Now().UnixNano(), 36),
+// newBench returns a bench for cfg, or an error when cfg.url is not one
+// it can drive.
+func newBench(cfg config, log io.Writer) (*bench, error) {
+	setup, err := newClient(cfg.url, cfg.key)
+	if err != nil {
+		return nil, err
 	}
+	return &bench{
+		cfg:   cfg,
+		setup: setup,
+		base:  "/api/v1/" + url.PathEscape(cfg.object),
+		log:   log,
+		errs:  errorLog{w: log, seen: map[string]bool{}, shown: map[string]int{}},
+		runID: strconv.FormatInt(time.Now().UnixNano(), 36),
+	}, nil
 }
 
 // runPhases checks that the server answers and then runs the configured
 // phases in order. It returns the results of the phases that ran, and an
 // error when one of them could not be prepared.
 func (b *bench) runPhases(ctx context.Context) ([]result, error) {
-	if _, err := b.do(ctx, b.listRequest(0, 1)); err != nil {
+	if _, err := b.setup.do(b.listRequest(0, 1)); err != nil {
 		return nil, fmt.Errorf("checking the server: %w", err)
 	}
 	var results []result
@@ -152,7 +154,7 @@ func (b *bench) prepare(ctx context.Context, phase string) (func() request, erro
 		if err != nil {
 			return nil, err
 		}
-		return func() request { return request{method: http.MethodGet, url: b.recordURL(ids)} }, nil
+		return func() request { return request{method: http.MethodGet, target: b.recordURL(ids)} }, nil
 	case "update":
 		ids, err := b.recordIDs(ctx)
 		if err != nil {
@@ -160,7 +162,7 @@ func (b *bench) prepare(ctx context.Context, phase string) (func() request, erro
 		}
 		return func() request {
 			body := []byte(`{"status":"` + statuses[rand.IntN(len(statuses))] + `"}`)
-			return request{method: http.MethodPatch, url: b.recordURL(ids), body: body}
+			return request{method: http.MethodPatch, target: b.recordURL(ids), body: body}
 		}, nil
 	case "list":
 		return func() request { return b.listRequest(0, pageSize) }, nil
@@ -191,7 +193,7 @@ func (b *bench) createRequest() request {
 		"source":     sources[n%len(sources)],
 		"city":       cities[n%len(cities)],
 	})
-	return request{method: http.MethodPost, url: b.base, body: body, check: func(a answer) error {
+	return request{method: http.MethodPost, target: b.base, body: body, check: func(a answer) error {
 		if a.ID == "" {
 			return errors.New("the created record has no id")
 		}
@@ -202,7 +204,7 @@ func (b *bench) createRequest() request {
 
 // listRequest returns a request for the page of limit records at offset.
 func (b *bench) listRequest(offset, limit int) request {
-	return request{method: http.MethodGet, url: b.base + "?limit=" + strconv.Itoa(limit) + "&offset=" + strconv.Itoa(offset)}
+	return request{method: http.MethodGet, target: b.base + "?limit=" + strconv.Itoa(limit) + "&offset=" + strconv.Itoa(offset)}
 }
 
 // recordURL returns the URL of a record picked at random among ids.
@@ -241,7 +243,9 @@ func (b *bench) recordIDs(ctx context.Context) ([]string, error) {
 	}
 	fmt.Fprintf(b.log, "crmd-bench: listing up to %d %s to use their ids\n", collectMax, b.cfg.object)
 	for offset := 0; offset < collectMax; offset += collectPageSize {
-		a, err := b.do(ctx, b.listRequest(offset, collectPageSize))
+		req := b.listRequest(offset, collectPageSize)
+		req.records = true
+		a, err := b.setup.do(req)
 		if err != nil {
 			return nil, fmt.Errorf("listing records: %w", err)
 		}
@@ -346,7 +350,9 @@ func (b *bench) count(ctx context.Context) (int, error) {
 
 // hasRecordAt reports whether the object holds a record at offset.
 func (b *bench) hasRecordAt(ctx context.Context, offset int) (bool, error) {
-	a, err := b.do(ctx, b.listRequest(offset, 1))
+	req := b.listRequest(offset, 1)
+	req.records = true
+	a, err := b.setup.do(req)
 	if err != nil {
 		return false, err
 	}
@@ -380,10 +386,13 @@ func (b *bench) loop(ctx context.Context, phase string, next func() request, mor
 	var wg sync.WaitGroup
 	for c := range b.cfg.clients {
 		wg.Go(func() {
-			for more() {
+			cl := *b.setup // same server, own connection
+			cl.conn = nil
+			defer cl.close()
+			for more() && ctx.Err() == nil {
 				req := next()
 				start := time.Now()
-				_, err := b.do(ctx, req)
+				_, err := cl.do(req)
 				lats[c] = append(lats[c], time.Since(start))
 				if err != nil {
 					errs[c]++
@@ -408,52 +417,6 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
 	return sorted[max(i, 0)]
-}
-
-// do sends req and reads the whole answer, so that its connection is
-// reused. It fails on a transport error, a status outside 2xx, a body that
-// is not JSON (a 204 has none), and a failed check.
-func (b *bench) do(ctx context.Context, req request) (answer, error) {
-	var a answer
-	var body io.Reader
-	if req.body != nil {
-		body = bytes.NewReader(req.body)
-	}
-	hr, err := http.NewRequestWithContext(ctx, req.method, req.url, body)
-	if err != nil {
-		return a, fmt.Errorf("making request: %w", err)
-	}
-	hr.Header.Set("Authorization", "Bearer "+b.cfg.key)
-	hr.Header.Set("Accept", "application/json")
-	if req.body != nil {
-		hr.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := b.client.Do(hr)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the URL differs from request to request
-		}
-		return a, fmt.Errorf("%s: %w", req.method, err)
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	switch {
-	case err != nil:
-		return a, fmt.Errorf("%s: reading the answer: %w", req.method, err)
-	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return a, fmt.Errorf("%s: %w", req.method, &statusError{status: resp.StatusCode, body: data})
-	case resp.StatusCode != http.StatusNoContent:
-		if err := json.Unmarshal(data, &a); err != nil {
-			return a, fmt.Errorf("%s: status %d with a body that is not a JSON object: %w", req.method, resp.StatusCode, err)
-		}
-	}
-	if req.check != nil {
-		if err := req.check(a); err != nil {
-			return a, fmt.Errorf("%s: %w", req.method, err)
-		}
-	}
-	return a, nil
 }
 
 // errorLog writes the first few distinct errors of each phase.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	}
 	fs.Var(&maxBody, "max-body", "largest request body accepted, such as 1MiB or 65536 (env CRMD_MAX_BODY)")
 	logFormat := fs.String("log-format", envOr("CRMD_LOG_FORMAT", "text"), "log format: text or json (env CRMD_LOG_FORMAT)")
+	debugAddr := fs.String("debug-addr", envOr("CRMD_DEBUG_ADDR", ""), "if set, serve Go's profiler (/debug/pprof/) on this address; keep it private (env CRMD_DEBUG_ADDR)")
 	pos, err := c.parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -86,6 +88,19 @@ func serve(ctx context.Context, c *cli, args []string) error {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	if *debugAddr != "" {
+		dln, err := net.Listen("tcp", *debugAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--debug-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go (&http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}).Serve(dln)
+		log.Info("serving the profiler", "addr", dln.Addr().String())
 	}
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	engDone := make(chan struct{})

@@ -26,18 +26,20 @@ func scanRecord(row scanner, object string) (*objects.Record, error) {
 	if err := row.Scan(&r.ID, &data, &cat, &uat); err != nil {
 		return nil, err
 	}
-	fields, err := objects.DecodeFields(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s record %s: %w", object, r.ID, err)
-	}
-	r.Fields, r.CreatedAt, r.UpdatedAt = fields, fromMicros(cat), fromMicros(uat)
+	r.Data, r.CreatedAt, r.UpdatedAt = data, fromMicros(cat), fromMicros(uat)
 	return r, nil
 }
 
+// Reads run without their callers' cancellation: they are short and
+// bounded (a page is at most objects.MaxPageSize records, and an offset costs
+// one page of counts), and for a cancellable context the driver starts a
+// goroutine and a progress callback on every statement, which cost more than
+// most of these statements do.
+
 // Get returns one record of the business.
 func (s *Store) Get(ctx context.Context, businessID, object, id string) (*objects.Record, error) {
-	row := s.read.QueryRowContext(ctx, "SELECT "+recordColumns+" FROM records WHERE business_id = ? AND object = ? AND id = ?", businessID, object, id)
-	r, err := scanRecord(row, object)
+	ctx = context.WithoutCancel(ctx)
+	r, err := scanRecord(s.reads.get.QueryRowContext(ctx, businessID, object, id), object)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, &objects.NotFoundError{Object: object, ID: id}
 	}
@@ -48,9 +50,9 @@ func (s *Store) Get(ctx context.Context, businessID, object, id string) (*object
 // the page of seq values that holds the record at that offset, from the
 // per-page counts, so that it steps over at most one page of records.
 func (s *Store) List(ctx context.Context, businessID, object string, limit, offset int) ([]*objects.Record, error) {
+	ctx = context.WithoutCancel(ctx)
 	if offset == 0 {
-		rows, err := s.read.QueryContext(ctx, "SELECT "+recordColumns+" FROM records WHERE business_id = ? AND object = ? ORDER BY seq LIMIT ?",
-			businessID, object, limit)
+		rows, err := s.reads.listFirst.QueryContext(ctx, businessID, object, limit)
 		if err != nil {
 			return nil, fmt.Errorf("listing %s: %w", object, err)
 		}
@@ -62,12 +64,11 @@ func (s *Store) List(ctx context.Context, businessID, object string, limit, offs
 		return nil, fmt.Errorf("listing %s: %w", object, err)
 	}
 	defer tx.Rollback()
-	page, skip, found, err := findPage(ctx, tx, businessID, object, offset)
+	page, skip, found, err := s.findPage(ctx, tx, businessID, object, offset)
 	if err != nil || !found {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT "+recordColumns+" FROM records WHERE business_id = ? AND object = ? AND seq >= ? ORDER BY seq LIMIT ? OFFSET ?",
-		businessID, object, page<<pageBits, limit, skip)
+	rows, err := tx.StmtContext(ctx, s.reads.listFrom).QueryContext(ctx, businessID, object, page<<pageBits, limit, skip)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", object, err)
 	}
@@ -76,8 +77,8 @@ func (s *Store) List(ctx context.Context, businessID, object string, limit, offs
 
 // findPage returns the first seq page holding the record at offset, and how
 // many of the object's records in that page come before it.
-func findPage(ctx context.Context, tx *sql.Tx, businessID, object string, offset int) (page int64, skip int, found bool, err error) {
-	rows, err := tx.QueryContext(ctx, "SELECT page, n FROM record_pages WHERE business_id = ? AND object = ? ORDER BY page", businessID, object)
+func (s *Store) findPage(ctx context.Context, tx *sql.Tx, businessID, object string, offset int) (page int64, skip int, found bool, err error) {
+	rows, err := tx.StmtContext(ctx, s.reads.pages).QueryContext(ctx, businessID, object)
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("counting %s: %w", object, err)
 	}

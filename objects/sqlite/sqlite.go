@@ -43,6 +43,7 @@ type Store struct {
 	write  *sql.DB
 	conn   *sql.Conn // the one writing connection
 	stmts  writeStmts
+	reads  readStmts
 	queue  chan *writeReq
 	quit   chan struct{}
 	done   chan struct{}
@@ -100,6 +101,13 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 	readers := max(4, 2*runtime.GOMAXPROCS(0))
 	s.read.SetMaxOpenConns(readers)
 	s.read.SetMaxIdleConns(readers)
+	if err := s.reads.prepare(ctx, s.read); err != nil {
+		s.stmts.close()
+		conn.Close()
+		write.Close()
+		s.read.Close()
+		return nil, err
+	}
 	go s.writer()
 	return s, nil
 }
@@ -111,6 +119,7 @@ func (s *Store) Close() error {
 		close(s.quit)
 		<-s.done
 		s.stmts.close()
+		s.reads.close()
 		s.conn.Close()
 		s.write.Close()
 		s.read.Close()

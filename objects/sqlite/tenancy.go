@@ -105,7 +105,8 @@ func (s *Store) APIKeys(ctx context.Context, businessID string) ([]*objects.APIK
 
 // APIKeyByHash returns the key with the given hash.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (*objects.APIKey, error) {
-	k, err := scanKey(s.read.QueryRowContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE hash = ?", hash))
+	ctx = context.WithoutCancel(ctx) // see Get
+	k, err := scanKey(s.reads.keyByHash.QueryRowContext(ctx, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, objects.ErrNotFound
 	}

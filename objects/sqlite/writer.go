@@ -146,10 +146,7 @@ type writeStmts struct {
 }
 
 func (w *writeStmts) prepare(ctx context.Context, c *sql.Conn) error {
-	for _, p := range []struct {
-		stmt **sql.Stmt
-		sql  string
-	}{
+	return prepareAll(ctx, c, []stmtDef{
 		{&w.savepoint, "SAVEPOINT w"},
 		{&w.release, "RELEASE w"},
 		{&w.rollbackTo, "ROLLBACK TO w"},
@@ -158,18 +155,53 @@ func (w *writeStmts) prepare(ctx context.Context, c *sql.Conn) error {
 		{&w.insert, "INSERT INTO records (business_id, object, id, data, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"},
 		{&w.update, "UPDATE records SET data = ?, updated_at = ? WHERE business_id = ? AND object = ? AND id = ?"},
 		{&w.delete, "DELETE FROM records WHERE business_id = ? AND object = ? AND id = ?"},
-	} {
-		st, err := c.PrepareContext(ctx, p.sql)
+	})
+}
+
+func (w *writeStmts) close() {
+	closeAll(w.savepoint, w.release, w.rollbackTo, w.get, w.exists, w.insert, w.update, w.delete)
+}
+
+// readStmts are the statements of the hot read paths, prepared once on the
+// read pool.
+type readStmts struct {
+	get, listFirst, listFrom, pages, keyByHash *sql.Stmt
+}
+
+func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
+	return prepareAll(ctx, db, []stmtDef{
+		{&r.get, "SELECT " + recordColumns + " FROM records WHERE business_id = ? AND object = ? AND id = ?"},
+		{&r.listFirst, "SELECT " + recordColumns + " FROM records WHERE business_id = ? AND object = ? ORDER BY seq LIMIT ?"},
+		{&r.listFrom, "SELECT " + recordColumns + " FROM records WHERE business_id = ? AND object = ? AND seq >= ? ORDER BY seq LIMIT ? OFFSET ?"},
+		{&r.pages, "SELECT page, n FROM record_pages WHERE business_id = ? AND object = ? ORDER BY page"},
+		{&r.keyByHash, "SELECT " + keyColumns + " FROM api_keys WHERE hash = ?"},
+	})
+}
+
+func (r *readStmts) close() {
+	closeAll(r.get, r.listFirst, r.listFrom, r.pages, r.keyByHash)
+}
+
+type stmtDef struct {
+	stmt **sql.Stmt
+	sql  string
+}
+
+func prepareAll(ctx context.Context, p interface {
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+}, defs []stmtDef) error {
+	for _, d := range defs {
+		st, err := p.PrepareContext(ctx, d.sql)
 		if err != nil {
-			return fmt.Errorf("preparing %q: %w", p.sql, err)
+			return fmt.Errorf("preparing %q: %w", d.sql, err)
 		}
-		*p.stmt = st
+		*d.stmt = st
 	}
 	return nil
 }
 
-func (w *writeStmts) close() {
-	for _, st := range []*sql.Stmt{w.savepoint, w.release, w.rollbackTo, w.get, w.exists, w.insert, w.update, w.delete} {
+func closeAll(stmts ...*sql.Stmt) {
+	for _, st := range stmts {
 		if st != nil {
 			st.Close()
 		}
@@ -216,11 +248,7 @@ func (t *tx) Insert(ctx context.Context, r *objects.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	data, err := objects.EncodeFields(r.Fields)
-	if err != nil {
-		return err
-	}
-	_, err = t.s.stmts.insert.ExecContext(context.Background(), t.business, r.Object, r.ID, data, micros(r.CreatedAt), micros(r.UpdatedAt))
+	_, err := t.s.stmts.insert.ExecContext(context.Background(), t.business, r.Object, r.ID, objects.EncodeFields(r.Fields), micros(r.CreatedAt), micros(r.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("inserting a %s record: %w", r.Object, err)
 	}
@@ -231,11 +259,7 @@ func (t *tx) Update(ctx context.Context, r *objects.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	data, err := objects.EncodeFields(r.Fields)
-	if err != nil {
-		return err
-	}
-	res, err := t.s.stmts.update.ExecContext(context.Background(), data, micros(r.UpdatedAt), t.business, r.Object, r.ID)
+	res, err := t.s.stmts.update.ExecContext(context.Background(), objects.EncodeFields(r.Fields), micros(r.UpdatedAt), t.business, r.Object, r.ID)
 	if err != nil {
 		return fmt.Errorf("updating a %s record: %w", r.Object, err)
 	}

@@ -20,12 +20,14 @@ CREATE TABLE api_keys (
     PRIMARY KEY (business_id, id)
 );
 
--- Records are listed in id order: ids begin with their creation time.
+-- Records are listed in id order: ids begin with their creation time. data
+-- is json, not jsonb: crmd never queries inside it, and json keeps the bytes
+-- crmd wrote, which reads copy into answers without decoding them.
 CREATE TABLE records (
     business_id text COLLATE "C" NOT NULL REFERENCES businesses (id),
     object      text COLLATE "C" NOT NULL,
     id          text COLLATE "C" NOT NULL,
-    data        jsonb NOT NULL,
+    data        json NOT NULL,
     created_at  timestamptz NOT NULL,
     updated_at  timestamptz NOT NULL,
     PRIMARY KEY (business_id, object, id)
