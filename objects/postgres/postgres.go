@@ -165,29 +165,48 @@ func (s *Store) Get(ctx context.Context, businessID, object, id string) (*object
 	return r, err
 }
 
+// deepOffset is where List starts pinning its plan (see List).
+const deepOffset = 1000
+
+const listQuery = `SELECT ` + recordColumns + ` FROM records
+	WHERE business_id = $1 AND object = $2 AND id >= (
+		SELECT id FROM records WHERE business_id = $1 AND object = $2 ORDER BY id OFFSET $4 LIMIT 1)
+	ORDER BY id LIMIT $3`
+
 // List returns a page of records in id order: the id at the offset is found
-// in the primary key index (an index-only scan once autovacuum has marked
-// the table's pages all-visible), and the page is read as a range of that
-// index from there. Either way the page itself costs limit rows; only the
-// walk to the offset grows with it.
+// by walking the primary key index (an index-only scan once autovacuum has
+// marked the table's pages all-visible), and the page is read as a range of
+// that index from there.
+//
+// Until autovacuum has analyzed a freshly loaded table, the planner takes a
+// business's records to be a handful and, for a deep offset, would rather
+// fetch and sort all of them than walk the index: measured at 54 ms against
+// 15 ms for offset 90,000 of 100,000. Deep offsets therefore run with sorts
+// and bitmap scans discouraged, which leaves the index walk.
 func (s *Store) List(ctx context.Context, businessID, object string, limit, offset int) ([]*objects.Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM records
-		WHERE business_id = $1 AND object = $2 AND id >= (
-			SELECT id FROM records WHERE business_id = $1 AND object = $2 ORDER BY id OFFSET $4 LIMIT 1)
-		ORDER BY id LIMIT $3`, businessID, object, limit, offset)
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", object, err)
-	}
-	defer rows.Close()
 	var out []*objects.Record
-	for rows.Next() {
-		r, err := scanRecord(rows, object)
+	query := func(q interface {
+		Query(context.Context, string, ...any) (pgx.Rows, error)
+	}) error {
+		rows, err := q.Query(ctx, listQuery, businessID, object, limit, offset)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, r)
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*objects.Record, error) { return scanRecord(row, object) })
+		return err
 	}
-	if err := rows.Err(); err != nil {
+	var err error
+	if offset < deepOffset {
+		err = query(s.pool)
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"); err != nil {
+				return err
+			}
+			return query(tx)
+		})
+	}
+	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", object, err)
 	}
 	return out, nil
