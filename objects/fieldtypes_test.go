@@ -2,6 +2,7 @@ package objects
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -94,4 +95,18 @@ func TestRegisterFieldTypePanicsOnDuplicate(t *testing.T) {
 		}
 	}()
 	RegisterFieldType(boolType{})
+}
+
+func TestPending(t *testing.T) {
+	ms := []Migration{{Version: 1}, {Version: 2}, {Version: 3}}
+	if p, err := Pending(ms, 1); err != nil || len(p) != 2 || p[0].Version != 2 {
+		t.Errorf("Pending(at 1) = %v, %v", p, err)
+	}
+	if p, err := Pending(ms, 3); err != nil || len(p) != 0 {
+		t.Errorf("Pending(at 3) = %v, %v", p, err)
+	}
+	var tooNew *SchemaTooNewError
+	if _, err := Pending(ms, 4); !errors.As(err, &tooNew) || tooNew.Database != 4 || tooNew.Binary != 3 {
+		t.Errorf("Pending(at 4) error = %v, want schema too new", err)
+	}
 }

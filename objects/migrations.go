@@ -45,6 +45,22 @@ func LoadMigrations(fsys fs.FS) ([]Migration, error) {
 	return ms, nil
 }
 
+// Pending returns the migrations of ms that a database at version current
+// has not applied, in order, or a *SchemaTooNewError when the database is
+// ahead of ms.
+func Pending(ms []Migration, current int) ([]Migration, error) {
+	if len(ms) > 0 && current > ms[len(ms)-1].Version {
+		return nil, &SchemaTooNewError{Database: current, Binary: ms[len(ms)-1].Version}
+	}
+	var out []Migration
+	for _, m := range ms {
+		if m.Version > current {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // SchemaTooNewError means the database was migrated by a newer crmd.
 type SchemaTooNewError struct{ Database, Binary int }
 

@@ -16,11 +16,7 @@ import (
 func migrate(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	db := dbFlag(fs)
-	pos, err := c.parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, ""); err != nil {
+	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
 	}
 	_, done, err := openEngine(ctx, c, *db)
@@ -35,11 +31,8 @@ func migrate(ctx context.Context, c *cli, args []string) error {
 func businessCreate(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("business create", flag.ContinueOnError)
 	db := dbFlag(fs)
-	pos, err := c.parseFlags(fs, args)
+	pos, err := c.parseArgs(fs, args, "NAME")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "NAME"); err != nil {
 		return err
 	}
 	eng, done, err := openEngine(ctx, c, *db)
@@ -63,11 +56,7 @@ func businessList(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("business list", flag.ContinueOnError)
 	db := dbFlag(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := c.parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, ""); err != nil {
+	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
 	}
 	eng, done, err := openEngine(ctx, c, *db)
@@ -125,11 +114,7 @@ func keyCreate(ctx context.Context, c *cli, args []string) error {
 	db := dbFlag(fs)
 	business := fs.String("business", "", "business name or id")
 	name := fs.String("name", "", "a label for the key")
-	pos, err := c.parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, ""); err != nil {
+	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
 	}
 	eng, b, done, err := businessArg(ctx, c, *db, *business)
@@ -151,11 +136,7 @@ func keyList(ctx context.Context, c *cli, args []string) error {
 	db := dbFlag(fs)
 	business := fs.String("business", "", "business name or id")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := c.parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, ""); err != nil {
+	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
 	}
 	eng, b, done, err := businessArg(ctx, c, *db, *business)
@@ -195,11 +176,8 @@ func keyRevoke(ctx context.Context, c *cli, args []string) error {
 	fs := flag.NewFlagSet("key revoke", flag.ContinueOnError)
 	db := dbFlag(fs)
 	business := fs.String("business", "", "business name or id")
-	pos, err := c.parseFlags(fs, args)
+	pos, err := c.parseArgs(fs, args, "KEY_ID")
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, "KEY_ID"); err != nil {
 		return err
 	}
 	eng, b, done, err := businessArg(ctx, c, *db, *business)

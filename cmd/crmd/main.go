@@ -128,15 +128,19 @@ func (c *cli) commandUsage(fs *flag.FlagSet) {
 	fs.PrintDefaults()
 }
 
-// wantArgs checks the number of positional arguments.
-func wantArgs(pos []string, n int, what string) error {
+// parseArgs parses args as parseFlags does and checks that the positional
+// arguments are exactly those named by want, which it returns.
+func (c *cli) parseArgs(fs *flag.FlagSet, args []string, want ...string) ([]string, error) {
+	pos, err := c.parseFlags(fs, args)
 	switch {
-	case len(pos) < n:
-		return fmt.Errorf("%w: missing %s", errUsage, what)
-	case len(pos) > n:
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, pos[n])
+	case err != nil:
+		return nil, err
+	case len(pos) < len(want):
+		return nil, fmt.Errorf("%w: missing %s", errUsage, want[len(pos)])
+	case len(pos) > len(want):
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, pos[len(want)])
 	}
-	return nil
+	return pos, nil
 }
 
 // envOr returns the environment variable name, or def when it is not set.

@@ -36,11 +36,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	fs.Var(&maxBody, "max-body", "largest request body accepted, such as 1MiB or 65536 (env CRMD_MAX_BODY)")
 	logFormat := fs.String("log-format", envOr("CRMD_LOG_FORMAT", "text"), "log format: text or json (env CRMD_LOG_FORMAT)")
 	debugAddr := fs.String("debug-addr", envOr("CRMD_DEBUG_ADDR", ""), "if set, serve Go's profiler (/debug/pprof/) on this address; keep it private (env CRMD_DEBUG_ADDR)")
-	pos, err := c.parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, ""); err != nil {
+	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
 	}
 	var handler slog.Handler

@@ -147,13 +147,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err := c.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&current); err != nil {
 			return err
 		}
-		if latest := ms[len(ms)-1].Version; current > latest {
-			return &objects.SchemaTooNewError{Database: current, Binary: latest}
+		pending, err := objects.Pending(ms, current)
+		if err != nil {
+			return err
 		}
-		for _, m := range ms {
-			if m.Version <= current {
-				continue
-			}
+		for _, m := range pending {
 			if _, err := c.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("%s: %w", m.Name, err)
 			}
