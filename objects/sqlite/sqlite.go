@@ -184,13 +184,6 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-func nullMicros(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMicro()
-}
-
 func fromNullMicros(v sql.NullInt64) time.Time {
 	if !v.Valid {
 		return time.Time{}
