@@ -138,6 +138,8 @@ func TestRecordsAPI(t *testing.T) {
 			{name: "get unknown object", method: "GET", path: "/api/v1/contcts/{ada}", status: 404,
 				want: map[string]any{"error": "unknown object contcts; did you mean contacts?", "code": "not_found"}},
 			{name: "get with a query", method: "GET", path: "/api/v1/contacts/{ada}?fields=name", status: 400, want: map[string]any{"field": "fields"}},
+			{name: "unknown object before query", method: "GET", path: "/api/v1/contcts/{ada}?fields=name", status: 404},
+			{name: "unknown object before body", method: "POST", path: "/api/v1/contcts", body: `{`, status: 404},
 
 			// Update.
 			{name: "patch returns whole record", method: "PATCH", path: "/api/v1/contacts/{ada}", body: `{"title":"Analyst","status":"active"}`, status: 200,

@@ -59,6 +59,10 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, ps httprouter.Params,
 }
 
 func (a *api) get(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal) {
+	if _, err := a.eng.Object(p.BusinessID, ps.ByName("object")); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	if _, err := query(r); err != nil {
 		a.writeError(w, r, err)
 		return
