@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"go.yaml.in/yaml/v3"
@@ -51,14 +50,6 @@ func (o *Object) Field(name string) (*Field, bool) {
 // FieldNames returns the names of the object's fields in declaration order.
 func (o *Object) FieldNames() []string { return o.names }
 
-// A Field is one named, typed value of a record.
-type Field struct {
-	Name   string
-	Label  string
-	Type   FieldType
-	Target string // for references: the API name of the object referred to
-}
-
 // ReservedFields are kept by the server on every record; clients cannot
 // write them and schemas cannot declare them.
 var ReservedFields = []string{"id", "created_at", "updated_at"}
@@ -72,19 +63,7 @@ type ObjectDecl struct {
 	Pos    decl.Pos
 }
 
-// FieldDecl is a field as declared in a schema file.
-type FieldDecl struct {
-	Name   string
-	Type   string
-	Label  string
-	Object string // reference target
-	Pos    decl.Pos
-}
-
-var (
-	objectKeys = []string{"label", "fields"}
-	fieldKeys  = []string{"type", "label", "object"}
-)
+var objectKeys = []string{"label", "fields"}
 
 // DecodeObjects reads an objects section: a mapping of API names to objects,
 // each with an optional label and a mapping of field names to fields. A field
@@ -110,40 +89,18 @@ func DecodeObjects(r *decl.Reader, n *yaml.Node, path string) []*ObjectDecl {
 	return out
 }
 
-// decodeField reads one field, or returns nil after recording why it cannot.
-func decodeField(r *decl.Reader, name string, n *yaml.Node, path string) *FieldDecl {
-	fd := &FieldDecl{Name: name, Pos: r.Pos(n)}
-	switch n.Kind {
-	case yaml.ScalarNode:
-		fd.Type, _ = r.String(n, path)
-		return fd
-	case yaml.MappingNode:
-	default:
-		r.Errorf(n, path, "must be a type name or a mapping with a type")
-		return nil
-	}
-	r.Mapping(n, path, fieldKeys, func(key string, v *yaml.Node, path string) {
-		switch key {
-		case "type":
-			fd.Type, _ = r.String(v, path)
-		case "label":
-			fd.Label, _ = r.String(v, path)
-		case "object":
-			fd.Object, _ = r.String(v, path)
-		}
-	})
-	return fd
-}
-
 var apiName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // MaxNameLen bounds the length of object and field names.
 const MaxNameLen = 63
 
 // Extend returns a new schema: base (which may be nil) with the declared
-// objects added. Declaring an object that base has adds fields to it. The
-// objects added are standard ones when standard is true. Every problem is
-// reported, each at the position of its declaration.
+// objects added. Declaring an object that base has adds fields to it, and
+// declaring a field it has refines that field's settings (its allowed values,
+// say) without changing its type. The objects added are standard ones when
+// standard is true. Every problem is reported, each at the position of its
+// declaration; one object or field declared twice, in one pack or in two, is
+// a problem.
 func Extend(base *Schema, decls []*ObjectDecl, standard bool) (*Schema, decl.Errors) {
 	var errs decl.Errors
 	fail := func(pos decl.Pos, path, format string, args ...any) {
@@ -155,6 +112,7 @@ func Extend(base *Schema, decls []*ObjectDecl, standard bool) (*Schema, decl.Err
 			s.objects[name] = o
 		}
 	}
+	declared := map[string]map[string]bool{} // object → fields declared by decls
 	for _, od := range decls {
 		path := decl.Join("objects", od.Name)
 		o, exists := s.objects[od.Name]
@@ -173,15 +131,32 @@ func Extend(base *Schema, decls []*ObjectDecl, standard bool) (*Schema, decl.Err
 				o.Label = od.Name
 			}
 		}
+		if declared[o.Name] == nil {
+			declared[o.Name] = map[string]bool{}
+		}
 		for _, fd := range od.Fields {
 			fpath := decl.Join(decl.Join(path, "fields"), fd.Name)
-			f, err := newField(fd)
-			if err != "" {
-				fail(fd.Pos, fpath, "%s", err)
+			if declared[o.Name][fd.Name] {
+				fail(fd.Pos, fpath, "field %s of %s is declared twice", fd.Name, o.Name)
 				continue
 			}
-			if _, dup := o.byName[f.Name]; dup {
-				fail(fd.Pos, fpath, "field %s is already declared on %s", f.Name, o.Name)
+			declared[o.Name][fd.Name] = true
+			if old, ok := o.byName[fd.Name]; ok {
+				f, msgs := refineField(old, fd)
+				for _, m := range msgs {
+					fail(fd.Pos, fpath, "%s", m)
+				}
+				if f != nil {
+					o.Fields[slices.Index(o.Fields, old)] = f
+					o.byName[f.Name] = f
+				}
+				continue
+			}
+			f, msgs := newField(fd, standard)
+			for _, m := range msgs {
+				fail(fd.Pos, fpath, "%s", m)
+			}
+			if f == nil {
 				continue
 			}
 			o.Fields = append(o.Fields, f)
@@ -200,38 +175,6 @@ func Extend(base *Schema, decls []*ObjectDecl, standard bool) (*Schema, decl.Err
 	}
 	s.names = s.sortedNames()
 	return s, errs
-}
-
-func newField(fd *FieldDecl) (*Field, string) {
-	if !apiName.MatchString(fd.Name) || len(fd.Name) > MaxNameLen {
-		return nil, fmt.Sprintf("field name %q must be lower case letters, digits and underscores, start with a letter, and be at most %d long", fd.Name, MaxNameLen)
-	}
-	if slices.Contains(ReservedFields, fd.Name) {
-		return nil, fmt.Sprintf("%s is kept by the server on every record and cannot be declared", fd.Name)
-	}
-	if fd.Type == "" {
-		return nil, "needs a type"
-	}
-	t, ok := LookupFieldType(fd.Type)
-	if !ok {
-		names := FieldTypeNames()
-		sort.Strings(names)
-		if hint := decl.DidYouMean(fd.Type, names); hint != "" {
-			return nil, "unknown type " + fd.Type + hint
-		}
-		return nil, fmt.Sprintf("unknown type %s (the types are %s)", fd.Type, strings.Join(names, ", "))
-	}
-	switch {
-	case t.Name() == "reference" && fd.Object == "":
-		return nil, "a reference needs object: the API name of the object it refers to"
-	case t.Name() != "reference" && fd.Object != "":
-		return nil, "only a reference has an object"
-	}
-	label := fd.Label
-	if label == "" {
-		label = fd.Name
-	}
-	return &Field{Name: fd.Name, Label: label, Type: t, Target: fd.Object}, ""
 }
 
 func (o *Object) clone() *Object {

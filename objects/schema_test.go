@@ -2,6 +2,7 @@ package objects
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -121,5 +122,113 @@ objects:
 	v, ok := s.Object("vehicles")
 	if !ok || v.Standard || v.Label != "Vehicles" || len(v.Fields) != 2 {
 		t.Errorf("vehicles = %+v", v)
+	}
+}
+
+// decls reads the objects sections of YAML documents, one per file.
+func decls(t *testing.T, files ...string) []*ObjectDecl {
+	t.Helper()
+	var out []*ObjectDecl
+	for i, src := range files {
+		name := "pack" + string(rune('a'+i)) + ".yaml"
+		root, err := decl.Parse(name, []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &decl.Reader{File: name}
+		r.Mapping(root, "", []string{"objects"}, func(_ string, v *yaml.Node, path string) { out = append(out, DecodeObjects(r, v, path)...) })
+		if err := r.Errs.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func TestRefineAndConflicts(t *testing.T) {
+	s, errs := Extend(Standard(), decls(t, `
+objects:
+  deals:
+    fields:
+      stage: {values: [lead, proposal, won, lost], required: true}
+      amount: {min: 0}
+  contacts:
+    fields:
+      email: {unique: true}
+`), false)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	deals, _ := s.Object("deals")
+	stage, _ := deals.Field("stage")
+	if !stage.Required || len(stage.Values) != 4 || stage.Type.Name() != "string" {
+		t.Errorf("refined stage = %+v", stage)
+	}
+	if std, _ := Standard().Object("deals"); std.Fields[0] == deals.Fields[0] && std.byName["stage"].Required {
+		t.Error("refining changed the standard schema")
+	}
+	_, errs = Extend(Standard(), decls(t, `
+objects:
+  vehicles: {label: Vehicles, fields: {plate: string}}
+  deals: {fields: {stage: {values: [a]}}}
+`, `
+objects:
+  vehicles: {fields: {plate: string, vin: string}}
+  deals: {fields: {stage: {required: true}}}
+`), false)
+	want := "packb.yaml:3:30: objects.vehicles.fields.plate: field plate of vehicles is declared twice\n" +
+		"packb.yaml:4:27: objects.deals.fields.stage: field stage of deals is declared twice"
+	if errs.Error() != want {
+		t.Errorf("errors:\n%s\nwant:\n%s", errs.Error(), want)
+	}
+}
+
+func TestCheckConstraints(t *testing.T) {
+	s, errs := Extend(Standard(), decls(t, `
+objects:
+  deals:
+    fields:
+      stage: {values: [lead, won]}
+      amount: {min: 0, max: 1000000}
+      probability: {min: 0, max: 100}
+      name: {min: 2, max: 5, pattern: "[A-Z][a-z]+"}
+`), false)
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	deals, _ := s.Object("deals")
+	tests := []struct {
+		field string
+		v     any
+		want  string
+	}{
+		{"stage", "won", ""},
+		{"stage", "open", "stage must be one of lead, won"},
+		{"amount", 0.0, ""},
+		{"amount", -0.01, "amount must be at least 0"},
+		{"amount", 1e7, "amount must be at most 1000000"},
+		{"probability", int64(101), "probability must be at most 100"},
+		{"name", "Ada", ""},
+		{"name", "A", "name must match the pattern [A-Z][a-z]+"},
+		{"name", "Adaline", "name must be at most 5 characters long"},
+		{"name", "ada", "name must match the pattern [A-Z][a-z]+"},
+	}
+	for _, tt := range tests {
+		f, _ := deals.Field(tt.field)
+		err := f.CheckConstraints(tt.v)
+		if got := fmt.Sprint(err); (tt.want == "" && err != nil) || (tt.want != "" && got != tt.want) {
+			t.Errorf("%s = %v: %v, want %q", tt.field, tt.v, err, tt.want)
+		}
+	}
+}
+
+func TestUniqueKey(t *testing.T) {
+	c, _ := Standard().Object("contacts")
+	email, _ := c.Field("email")
+	if email.UniqueKey("Ada@Example.COM") != email.UniqueKey("ada@example.com") {
+		t.Error("email unique keys differ by case")
+	}
+	name, _ := c.Field("name")
+	if name.UniqueKey("Ada") == name.UniqueKey("ada") {
+		t.Error("string unique keys ignore case")
 	}
 }
