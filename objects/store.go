@@ -68,6 +68,18 @@ type Store interface {
 	// TouchAPIKeys records when keys were last used, never moving a time back.
 	TouchAPIKeys(ctx context.Context, uses []KeyUse) error
 
+	// ActivePacks returns the active revision of each of a business's packs,
+	// with their files, and the business's pack generation.
+	ActivePacks(ctx context.Context, businessID string) ([]*PackRevision, int64, error)
+	// PackGenerations returns the pack generation of each of the given
+	// businesses that has one. A generation grows with every activation.
+	PackGenerations(ctx context.Context, businessIDs []string) (map[string]int64, error)
+	// PackRevisions returns every revision of a business's packs, without
+	// their files, by pack and then newest first.
+	PackRevisions(ctx context.Context, businessID string) ([]*PackRevision, error)
+	// PackRevision returns one revision with its files, or ErrNotFound.
+	PackRevision(ctx context.Context, businessID, pack string, revision int) (*PackRevision, error)
+
 	// Ping reports whether the store is reachable.
 	Ping(ctx context.Context) error
 	// Close releases the store's resources.
@@ -86,4 +98,50 @@ type Tx interface {
 	Update(ctx context.Context, r *Record) error
 	// Delete removes a record, or returns a *NotFoundError.
 	Delete(ctx context.Context, object, id string) error
+
+	// Claim reserves a value (a unique key) of a unique field for a record.
+	// When another record holds it, Claim returns that record's id and
+	// reserves nothing.
+	Claim(ctx context.Context, object, field, value, id string) (holder string, err error)
+	// Release gives up a record's claim on a value.
+	Release(ctx context.Context, object, field, value, id string) error
+	// ReleaseField gives up every claim on a field's values.
+	ReleaseField(ctx context.Context, object, field string) error
+	// ScanRecords calls fn with each record of an object.
+	ScanRecords(ctx context.Context, object string, fn func(*Record) error) error
+	// CountRecords counts the records of an object.
+	CountRecords(ctx context.Context, object string) (int, error)
+	// FieldInUse reports whether any record of an object has a value for a
+	// field, declared or not.
+	FieldInUse(ctx context.Context, object, field string) (bool, error)
+
+	// LockPacks takes the business's pack lock for the rest of the
+	// transaction, so that activations follow one another.
+	LockPacks(ctx context.Context) error
+	// TxActivePacks is ActivePacks within the transaction.
+	TxActivePacks(ctx context.Context) ([]*PackRevision, error)
+	// SavePackRevision stores a new revision of a pack and sets its number,
+	// one more than the pack's last.
+	SavePackRevision(ctx context.Context, rev *PackRevision) error
+	// ActivatePack makes a revision the active one of its pack and moves the
+	// business's pack generation on.
+	ActivatePack(ctx context.Context, pack string, revision int, by string, at time.Time) error
+}
+
+// A PackRevision is one stored version of a rule pack.
+type PackRevision struct {
+	BusinessID string
+	Pack       string
+	Revision   int
+	Files      []PackFile
+	Hash       string
+	CreatedAt  time.Time
+	CreatedBy  string
+	Active     bool
+}
+
+// A PackFile is one file of a pack revision.
+type PackFile struct {
+	Name    string `json:"name"`
+	Content string `json:"content"`
 }
