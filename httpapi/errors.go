@@ -52,9 +52,15 @@ func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae  *apiError
 		fe  *objects.FieldError
 		aue *engine.AuthError
+		pe  *engine.PacksError
 	)
 	switch {
 	case errors.As(err, &ae):
+	case errors.As(err, &pe):
+		a.log.LogAttrs(r.Context(), slog.LevelError, "refusing a request: the business's rule packs do not compile",
+			slog.String("request_id", requestID(r.Context())), slog.String("business", pe.BusinessID), slog.String("err", pe.Errs.Error()))
+		ae = &apiError{status: http.StatusServiceUnavailable, code: engine.CodePacksInvalid,
+			message: "this business's rule packs cannot be loaded by this server; an operator must fix them"}
 	case errors.As(err, &aue):
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		ae = &apiError{status: http.StatusUnauthorized, code: codeUnauthorized, message: aue.Reason}

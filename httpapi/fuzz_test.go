@@ -38,7 +38,7 @@ func FuzzWriteBody(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		targets[o] = rec.ID
+		targets[o] = rec.Record.ID
 	}
 	send := func(method, path string, body []byte) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, bytes.NewReader(body))

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/crmd/crmd/engine"
+	_ "github.com/crmd/crmd/engine/actions"
 	"github.com/crmd/crmd/httpapi"
 	"github.com/crmd/crmd/objects/storetest"
 )

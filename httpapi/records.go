@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"math"
 	"net/http"
 	"net/url"
@@ -16,8 +17,8 @@ import (
 // DefaultPageSize is the number of records a list returns without a limit.
 const DefaultPageSize = 100
 
-func (a *api) list(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal) {
-	if _, err := a.eng.Object(p.BusinessID, ps.ByName("object")); err != nil {
+func (a *api) list(w http.ResponseWriter, r *http.Request, ps httprouter.Params, v *engine.View) {
+	if _, err := v.Object(ps.ByName("object")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -37,7 +38,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, ps httprouter.Params,
 		return
 	}
 	limit = min(limit, objects.MaxPageSize)
-	obj, recs, err := a.eng.List(r.Context(), p.BusinessID, ps.ByName("object"), int(limit), int(offset))
+	obj, recs, err := v.List(r.Context(), ps.ByName("object"), int(limit), int(offset))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -58,8 +59,8 @@ func (a *api) list(w http.ResponseWriter, r *http.Request, ps httprouter.Params,
 	writeJSON(w, http.StatusOK, b)
 }
 
-func (a *api) get(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal) {
-	if _, err := a.eng.Object(p.BusinessID, ps.ByName("object")); err != nil {
+func (a *api) get(w http.ResponseWriter, r *http.Request, ps httprouter.Params, v *engine.View) {
+	if _, err := v.Object(ps.ByName("object")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -67,7 +68,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request, ps httprouter.Params, 
 		a.writeError(w, r, err)
 		return
 	}
-	obj, rec, err := a.eng.Get(r.Context(), p.BusinessID, ps.ByName("object"), ps.ByName("id"))
+	obj, rec, err := v.Get(r.Context(), ps.ByName("object"), ps.ByName("id"))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -75,27 +76,33 @@ func (a *api) get(w http.ResponseWriter, r *http.Request, ps httprouter.Params, 
 	writeJSON(w, http.StatusOK, obj.AppendJSON(nil, rec))
 }
 
-func (a *api) create(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal) {
-	a.write(w, r, engine.WriteRequest{BusinessID: p.BusinessID, Object: ps.ByName("object"), Op: engine.Create})
+func (a *api) create(w http.ResponseWriter, r *http.Request, ps httprouter.Params, v *engine.View) {
+	a.write(w, r, v, engine.WriteRequest{Object: ps.ByName("object"), Op: engine.Create})
 }
 
-func (a *api) update(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal) {
-	a.write(w, r, engine.WriteRequest{BusinessID: p.BusinessID, Object: ps.ByName("object"), Op: engine.Update, ID: ps.ByName("id")})
+func (a *api) update(w http.ResponseWriter, r *http.Request, ps httprouter.Params, v *engine.View) {
+	a.write(w, r, v, engine.WriteRequest{Object: ps.ByName("object"), Op: engine.Update, ID: ps.ByName("id")})
 }
 
-func (a *api) remove(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal) {
-	a.write(w, r, engine.WriteRequest{BusinessID: p.BusinessID, Object: ps.ByName("object"), Op: engine.Delete, ID: ps.ByName("id")})
+func (a *api) remove(w http.ResponseWriter, r *http.Request, ps httprouter.Params, v *engine.View) {
+	a.write(w, r, v, engine.WriteRequest{Object: ps.ByName("object"), Op: engine.Delete, ID: ps.ByName("id")})
 }
 
 // write is the one handler step for every write: check the object, read the
-// body, hand the write to the engine, and answer with what it stored.
-func (a *api) write(w http.ResponseWriter, r *http.Request, req engine.WriteRequest) {
-	obj, err := a.eng.Object(req.BusinessID, req.Object)
+// body, hand the write to the engine, and answer with what it stored, or,
+// for a dry run, with what it would have stored and which rules fired.
+func (a *api) write(w http.ResponseWriter, r *http.Request, v *engine.View, req engine.WriteRequest) {
+	obj, err := v.Object(req.Object)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	if _, err := query(r); err != nil {
+	q, err := query(r, "dry_run")
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if req.DryRun, err = boolParam(q, "dry_run"); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -105,20 +112,56 @@ func (a *api) write(w http.ResponseWriter, r *http.Request, req engine.WriteRequ
 			return
 		}
 	}
-	rec, err := a.eng.Write(r.Context(), req)
+	res, err := v.Write(r.Context(), req)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	switch req.Op {
-	case engine.Create:
-		w.Header().Set("Location", "/api/v1/"+obj.Name+"/"+rec.ID)
-		writeJSON(w, http.StatusCreated, obj.AppendJSON(nil, rec))
-	case engine.Update:
-		writeJSON(w, http.StatusOK, obj.AppendJSON(nil, rec))
-	case engine.Delete:
+	switch {
+	case req.DryRun:
+		writeJSON(w, http.StatusOK, dryRunBody(obj, req.Op, res))
+	case req.Op == engine.Create:
+		w.Header().Set("Location", "/api/v1/"+obj.Name+"/"+res.Record.ID)
+		writeJSON(w, http.StatusCreated, obj.AppendJSON(nil, res.Record))
+	case req.Op == engine.Update:
+		writeJSON(w, http.StatusOK, obj.AppendJSON(nil, res.Record))
+	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// dryRunBody is the answer to a dry run: the record as it would have been
+// stored (null for a delete), the rules that ran, and every write.
+func dryRunBody(obj *objects.Object, op engine.Op, res *engine.WriteResult) []byte {
+	b := []byte(`{"dry_run":true,"operation":`)
+	b = appendJSONString(b, string(op))
+	b = append(b, `,"object":`...)
+	b = appendJSONString(b, obj.Name)
+	b = append(b, `,"record":`...)
+	if res.Record != nil {
+		b = obj.AppendJSON(b, res.Record)
+	} else {
+		b = append(b, "null"...)
+	}
+	trace, _ := json.Marshal(res.Trace) // a trace is strings and always encodes
+	b = append(b, ',')
+	b = append(b, trace[1:]...) // the trace's fields, after its opening brace
+	return b
+}
+
+// boolParam reads a true/false parameter, false when absent.
+func boolParam(q url.Values, name string) (bool, error) {
+	s, ok := q[name]
+	if !ok {
+		return false, nil
+	}
+	switch s[0] {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, badParameter(name, "%s must be true or false, not %q", name, s[0])
 }
 
 // query parses the query string, refusing parameters other than allowed and

@@ -160,10 +160,11 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request, _ httprouter.Param
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 }
 
-type authedHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, p engine.Principal)
+type authedHandler func(w http.ResponseWriter, r *http.Request, ps httprouter.Params, v *engine.View)
 
-// authed authenticates a request before its handler runs. The business a
-// request acts for comes from its key and from nowhere else.
+// authed authenticates a request and takes the view of its business that
+// the whole request uses. The business a request acts for comes from its
+// key and from nowhere else.
 func (a *api) authed(h authedHandler) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		key, err := apiKey(r)
@@ -179,7 +180,12 @@ func (a *api) authed(h authedHandler) httprouter.Handle {
 		if ri, ok := r.Context().Value(ctxKey{}).(*reqInfo); ok {
 			ri.business = p.BusinessID
 		}
-		h(w, r, ps, p)
+		v, err := a.eng.View(r.Context(), p.BusinessID)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		h(w, r, ps, v)
 	}
 }
 

@@ -405,6 +405,12 @@ func (a *ActionCompiler) Values(n *yaml.Node, path string, obj *objects.Object) 
 	return a.c.values(a.file, n, path, a.sc, obj)
 }
 
+// Value compiles one value for field f: a literal, or an expression after
+// "=".
+func (a *ActionCompiler) Value(n *yaml.Node, path string, f *objects.Field) *Value {
+	return a.c.value(a.file, n, path, a.sc, f)
+}
+
 // LookupObject finds an object by name, reporting it when unknown.
 func (a *ActionCompiler) LookupObject(n *yaml.Node, path, name string) (*objects.Object, bool) {
 	o, ok := a.Schema.Object(name)

@@ -109,6 +109,27 @@ func (e *Env) Set(field string, v any) {
 	}
 }
 
+// Value returns the canonical value of a field of the record being written.
+func (e *Env) Value(field string) any { return e.rec[field] }
+
+// SetRecord sets the id and times of the record once it is stored.
+func (e *Env) SetRecord(id string, created, updated time.Time) {
+	e.record["id"], e.record["created_at"], e.record["updated_at"] = id, created, updated
+}
+
+// SwapSteps replaces the outputs of flow steps (nil for none) and returns
+// the ones it replaces, so that a flow run from another sees only its own.
+func (e *Env) SwapSteps(steps map[string]any) map[string]any {
+	old := e.steps
+	e.steps = steps
+	if steps == nil {
+		delete(e.vars, "steps")
+	} else {
+		e.vars["steps"] = steps
+	}
+	return old
+}
+
 // SetStep records what a flow step produced, for the steps after it.
 func (e *Env) SetStep(name string, out map[string]any) {
 	if e.steps == nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/crmd/crmd/engine"
+	_ "github.com/crmd/crmd/engine/actions" // the built-in actions
 	"github.com/crmd/crmd/objects"
 	"github.com/crmd/crmd/objects/postgres"
 	"github.com/crmd/crmd/objects/sqlite"
