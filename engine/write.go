@@ -20,13 +20,13 @@ const MaxDepth = 8
 
 // Codes of the errors rules give, stable for clients to branch on.
 const (
-	CodeValidation      = "validation_failed"   // a validation rule refused the write
-	CodeRequired        = "required"            // a required field is not set
-	CodeNotUnique       = "not_unique"          // a unique field's value is taken
-	CodeAutomation      = "automation_failed"   // a write an automation made was refused
-	CodeAutomationDepth = "automation_depth"    // automations went too many writes deep
-	CodeRuleError       = "rule_error"          // a rule's expression failed on this record
-	CodePacksInvalid    = "rule_packs_invalid"  // the business's packs do not compile
+	CodeValidation      = "validation_failed"    // a validation rule refused the write
+	CodeRequired        = "required"             // a required field is not set
+	CodeNotUnique       = "not_unique"           // a unique field's value is taken
+	CodeAutomation      = "automation_failed"    // a write an automation made was refused
+	CodeAutomationDepth = "automation_depth"     // automations went too many writes deep
+	CodeRuleError       = "rule_error"           // a rule's expression failed on this record
+	CodePacksInvalid    = "rule_packs_invalid"   // the business's packs do not compile
 	errDryRunText       = "dry run: rolled back" // never seen by clients
 )
 

@@ -13,11 +13,11 @@ func init() { engine.RegisterAction("create", newCreate) }
 // Create creates a record of any object, through the write path with that
 // object's rules. In a flow, a named step's id is steps.<name>.id:
 //
-//	- create:
-//	    object: tasks
-//	    fields:
-//	      name: = "Call " + record.name
-//	      lead_id: = record.id
+//   - create:
+//     object: tasks
+//     fields:
+//     name: = "Call " + record.name
+//     lead_id: = record.id
 type Create struct {
 	object *objects.Object
 	values []*rules.FieldValue

@@ -11,7 +11,7 @@ func init() { engine.RegisterAction("run", newRun) }
 
 // Run starts a flow of the same object, with the record being written:
 //
-//	- run: invoice_won_deal
+//   - run: invoice_won_deal
 type Run struct {
 	flow string
 }

@@ -12,9 +12,9 @@ func init() { engine.RegisterAction("set", newSet) }
 // Set changes fields of the record being written, before it is checked and
 // saved:
 //
-//	- set:
-//	    status: new
-//	    due_date: = today() + days(2)
+//   - set:
+//     status: new
+//     due_date: = today() + days(2)
 type Set struct {
 	values []*rules.FieldValue
 }

@@ -14,13 +14,13 @@ func init() { engine.RegisterAction("update", newUpdate) }
 // object's rules: the record a reference field of the record being written
 // points to, or, in a flow, a record given by object and id:
 //
-//	- update:
-//	    reference: company_id
-//	    fields: {status: customer}
-//	- update:
-//	    object: tasks
-//	    id: = steps.follow_up.id
-//	    fields: {priority: high}
+//   - update:
+//     reference: company_id
+//     fields: {status: customer}
+//   - update:
+//     object: tasks
+//     id: = steps.follow_up.id
+//     fields: {priority: high}
 //
 // When the reference is not set, there is nothing to update and the action
 // does nothing.
