@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -277,7 +278,7 @@ func (f *Field) UniqueKey(v any) string {
 
 // LiteralValue turns a value decoded from YAML into the form a value decoded
 // from a JSON request body has, so that field types can check it: numbers
-// become json.Number, nested maps map[string]any.
+// become json.Number, times text.
 func LiteralValue(v any) any {
 	switch x := v.(type) {
 	case int:
@@ -300,6 +301,12 @@ func LiteralValue(v any) any {
 			out[k] = LiteralValue(e)
 		}
 		return out
+	case time.Time:
+		// YAML reads an unquoted 2026-03-10 as a time: give it back as text.
+		if x.Equal(x.Truncate(24*time.Hour)) && x.Location() == time.UTC {
+			return x.Format(time.DateOnly)
+		}
+		return x.Format(time.RFC3339Nano)
 	}
 	return v
 }

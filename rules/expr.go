@@ -217,11 +217,20 @@ func recordType(obj *objects.Object) types.Map {
 
 // canonical converts the result of an expression to the canonical value of
 // field f, checking it as a value a client sent would be; nil means unset.
+// An empty string, which is how an unset field reads, leaves the field
+// unset, and so does the zero time.
 func canonical(f *objects.Field, v any) (any, error) {
 	switch x := v.(type) {
 	case nil:
 		return nil, nil
+	case string:
+		if x == "" && f.Type.Kind() == objects.KindString {
+			return nil, nil
+		}
 	case time.Time:
+		if x.IsZero() {
+			return nil, nil
+		}
 		switch f.Type.Name() {
 		case "date":
 			v = x.UTC().Format(time.DateOnly)

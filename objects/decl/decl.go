@@ -95,6 +95,9 @@ func Parse(file string, data []byte) (*yaml.Node, error) {
 // expected key") into an Error with its line.
 func parseError(file string, err error) *Error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if strings.Contains(msg, "mapping values are not allowed") {
+		msg += ` (a value that contains ": " must be quoted, such as '= a ? "x" : "y"')`
+	}
 	e := &Error{Pos: Pos{File: file}, Msg: msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if i := strings.Index(rest, ": "); i > 0 {
