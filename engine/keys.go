@@ -161,14 +161,21 @@ func (e *Engine) FlushKeyUsage(ctx context.Context) error {
 // API key's last_used_at is this much behind at most.
 const KeyUsageInterval = 10 * time.Second
 
-// Run does the engine's background work until ctx is done, then writes down
-// what is pending one last time.
+// Run does the engine's background work until ctx is done: it picks up pack
+// activations made by any process every PackPollInterval, and writes down
+// key usage every KeyUsageInterval and one last time at the end.
 func (e *Engine) Run(ctx context.Context) {
-	t := time.NewTicker(KeyUsageInterval)
-	defer t.Stop()
+	keys := time.NewTicker(KeyUsageInterval)
+	defer keys.Stop()
+	packs := time.NewTicker(PackPollInterval)
+	defer packs.Stop()
 	for {
 		select {
-		case <-t.C:
+		case <-packs.C:
+			if err := e.refresh(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("refreshing rule packs", "err", err)
+			}
+		case <-keys.C:
 			if err := e.FlushKeyUsage(ctx); err != nil {
 				e.log.Warn("flushing key usage", "err", err)
 			}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -35,6 +35,8 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	}
 	fs.Var(&maxBody, "max-body", "largest request body accepted, such as 1MiB or 65536 (env CRMD_MAX_BODY)")
 	logFormat := fs.String("log-format", envOr("CRMD_LOG_FORMAT", "text"), "log format: text or json (env CRMD_LOG_FORMAT)")
+	packsDir := fs.String("packs", "", "for development: watch this directory's rule pack and apply it to --business on every change")
+	packsBusiness := fs.String("business", "", "the business --packs applies to")
 	debugAddr := fs.String("debug-addr", envOr("CRMD_DEBUG_ADDR", ""), "if set, serve Go's profiler (/debug/pprof/) on this address; keep it private (env CRMD_DEBUG_ADDR)")
 	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
@@ -72,6 +74,20 @@ func serve(ctx context.Context, c *cli, args []string) error {
 			" && crmd key create --business NAME" + dbArg)
 	}
 
+	var watchBusiness string
+	switch {
+	case *packsDir != "" && *packsBusiness == "":
+		return fmt.Errorf("%w: --packs needs --business", errUsage)
+	case *packsDir == "" && *packsBusiness != "":
+		return fmt.Errorf("%w: --business is for --packs", errUsage)
+	case *packsDir != "":
+		b, err := eng.Business(ctx, *packsBusiness)
+		if err != nil {
+			return fmt.Errorf("--business %q: %w", *packsBusiness, err)
+		}
+		watchBusiness = b.ID
+	}
+
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -104,6 +120,9 @@ func serve(ctx context.Context, c *cli, args []string) error {
 		eng.Run(engCtx)
 		close(engDone)
 	}()
+	if watchBusiness != "" {
+		go watchPacks(engCtx, eng, watchBusiness, *packsDir, log)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "store", storeKind(*db))
