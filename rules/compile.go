@@ -97,6 +97,7 @@ func Compile(packs []*Pack, opts Options) (*Ruleset, decl.Errors) {
 	}
 	for _, f := range flows {
 		if flow, ok := c.rs.flows[f.Name]; ok {
+			renameSteps(f.Steps, f.Path, rulePath(f.Path, f.Name))
 			flow.Steps = c.compileSteps(f.Steps, &scope{obj: c.object1(flow.Object), steps: types.Map{}}, flow.Name)
 		}
 	}
@@ -276,8 +277,8 @@ func (c *compiler) value(file string, n *yaml.Node, path string, sc *scope, f *o
 	}
 	if err != nil {
 		hint := ""
-		if _, isStr := raw.(string); isStr && f.Type.Kind() != objects.KindString {
-			hint = " (to compute it, write = before an expression)"
+		if _, isStr := raw.(string); isStr {
+			hint = " (to compute a value, write = before an expression)"
 		}
 		r.Errorf(n, path, "%s %s%s", f.Name, err, hint)
 		return nil
@@ -470,41 +471,45 @@ func (c *compiler) compileAction(ad *ActionDecl, file string, sc *scope, flow st
 
 func (c *compiler) compileAutomation(ad *AutomationDecl) {
 	path := rulePath(ad.Path, ad.Name)
-	ok := c.claimName(ad.Name, "automation", ad.Pos, path)
+	named := c.claimName(ad.Name, "automation", ad.Pos, path)
 	obj, objOK := c.object(ad.Object, ad.Pos, decl.Join(path, "object"))
-	if len(ad.On) == 0 {
+	eventsOK := len(ad.On) > 0
+	if !eventsOK {
 		c.fail(ad.Pos, path, "an automation needs on: create, update or delete")
 	}
 	for _, e := range ad.On {
 		if !slices.Contains(Events, e) {
 			c.fail(ad.Pos, decl.Join(path, "on"), "an automation runs on create, update or delete, not %s%s", e, decl.DidYouMean(e, Events))
-			ok = false
+			eventsOK = false
 		}
 	}
 	if len(ad.Actions) == 0 {
 		c.fail(ad.Pos, path, "an automation needs actions")
 	}
-	if !ok || !objOK {
+	if !objOK {
 		return
 	}
+	// The rest is compiled even when the above failed, so that one pass
+	// reports every problem.
 	sc := &scope{obj: obj}
 	var when *Expr
+	whenOK := true
 	if ad.When != nil {
-		if when = c.expr(ad.Pos.File, ad.When, decl.Join(path, "when"), sc, reflect.Bool); when == nil {
-			return
-		}
+		when = c.expr(ad.Pos.File, ad.When, decl.Join(path, "when"), sc, reflect.Bool)
+		whenOK = when != nil
 	}
 	var actions []Action
 	phases := map[Phase]bool{}
-	for _, decl := range ad.Actions {
-		a := c.compileAction(decl, ad.Pos.File, sc, "")
+	for _, d := range ad.Actions {
+		d.Path = strings.Replace(d.Path, ad.Path, path, 1)
+		a := c.compileAction(d, ad.Pos.File, sc, "")
 		if a == nil {
 			continue
 		}
 		phases[a.Phase()] = true
 		actions = append(actions, a)
 	}
-	if len(actions) != len(ad.Actions) {
+	if !named || !eventsOK || !whenOK || len(actions) != len(ad.Actions) {
 		return
 	}
 	if phases[BeforeSave] && phases[AfterSave] {
@@ -593,27 +598,42 @@ func outputType(out map[string]Kind) types.Map {
 	return m
 }
 
-// checkFlowCycles refuses flows that run each other in a circle.
+// renameSteps names a flow's steps' paths by the flow's name.
+func renameSteps(steps []*StepDecl, from, to string) {
+	for _, s := range steps {
+		s.Path = strings.Replace(s.Path, from, to, 1)
+		if s.Action != nil {
+			s.Action.Path = strings.Replace(s.Action.Path, from, to, 1)
+		}
+		renameSteps(s.Then, from, to)
+		renameSteps(s.Else, from, to)
+	}
+}
+
+// checkFlowCycles refuses flows that run each other in a circle, reporting
+// each circle once, at the flow where it was entered.
 func (c *compiler) checkFlowCycles() {
-	state := map[string]int{} // 1: visiting, 2: done
-	var visit func(name string, chain []string) bool
-	visit = func(name string, chain []string) bool {
+	const (
+		visiting = 1
+		done     = 2
+	)
+	state := map[string]int{}
+	var visit func(name string, chain []string)
+	visit = func(name string, chain []string) {
 		switch state[name] {
-		case 1:
-			f := c.rs.flows[name]
-			c.fail(f.Pos, "flows["+name+"]", "flows run each other in a circle: %s", strings.Join(append(chain, name), " → "))
-			return false
-		case 2:
-			return true
+		case visiting:
+			start := slices.Index(chain, name)
+			first := c.rs.flows[chain[start]]
+			c.fail(first.Pos, "flows["+first.Name+"]", "flows run each other in a circle: %s", strings.Join(append(chain[start:], name), " → "))
+			return
+		case done:
+			return
 		}
-		state[name] = 1
+		state[name] = visiting
 		for _, next := range c.flowRun[name] {
-			if !visit(next, append(chain, name)) {
-				return false
-			}
+			visit(next, append(chain, name))
 		}
-		state[name] = 2
-		return true
+		state[name] = done
 	}
 	names := make([]string, 0, len(c.rs.flows))
 	for n := range c.rs.flows {
