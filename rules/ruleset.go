@@ -41,16 +41,18 @@ func (rs *Ruleset) Flow(name string) (*Flow, bool) {
 // Rules counts the validations, automations and flows.
 func (rs *Ruleset) Rules() int {
 	n := len(rs.flows)
+	autos := map[string]bool{} // an automation on two events is one rule
 	for _, r := range rs.objects {
 		n += len(r.Validations)
-		for _, as := range r.Before {
-			n += len(as)
-		}
-		for _, as := range r.After {
-			n += len(as)
+		for _, m := range []map[string][]*Automation{r.Before, r.After} {
+			for _, as := range m {
+				for _, a := range as {
+					autos[a.Name] = true
+				}
+			}
 		}
 	}
-	return n
+	return n + len(autos)
 }
 
 // ObjectRules are the rules of one object, in the order they run.
