@@ -278,8 +278,12 @@ func (t *txn) remove(obj *objects.Object, r *rules.ObjectRules, c change, depth 
 // before runs the automations that change the record before it is saved.
 func (t *txn) before(obj *objects.Object, autos []*rules.Automation, env *rules.Env, fields map[string]any) error {
 	for _, a := range autos {
-		if ok, err := t.when(a, env); err != nil || !ok {
+		ok, err := t.when(a, env)
+		if err != nil {
 			return err
+		}
+		if !ok {
+			continue
 		}
 		run := &Run{ctx: t.ctx, Env: env, Object: obj, t: t, set: func(field string, v any) error {
 			env.Set(field, v)
