@@ -7,7 +7,7 @@
 //
 // A pack then writes:
 //
-//	- slug: {field: website, from: = record.name}
+//   - slug: {field: website, from: = record.name}
 package main
 
 import (
