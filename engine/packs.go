@@ -171,12 +171,14 @@ func (e *Engine) activate(ctx context.Context, businessID string, opts ApplyOpti
 	return res, nil
 }
 
-// migrateData checks what going from old to new rules does to stored data:
-// custom objects and fields dropped while they hold data need AllowDrop;
-// a field whose type changes must hold no data; fields that become unique
-// get their values claimed (duplicates refuse the change), and fields that
-// stop being unique give their claims up. old is nil when the active packs
-// no longer compile; then only the standard schema is compared.
+// migrateData checks what going from old to new rules does to stored data.
+// Custom objects and fields dropped while they hold data need AllowDrop.
+// A field that is new to the schema, or whose type changes, must find the
+// values stored under its name (kept from an earlier declaration, say) fit
+// its type. Fields that become unique get their values claimed (duplicates
+// refuse the change), and fields that stop being unique give their claims
+// up. old is nil when the active packs no longer compile; then the standard
+// schema stands in for it.
 func (e *Engine) migrateData(ctx context.Context, tx objects.Tx, old, new *rules.Ruleset, opts ApplyOptions, res *ApplyResult) error {
 	oldSchema := objects.Standard()
 	if old != nil {
@@ -197,25 +199,38 @@ func (e *Engine) migrateData(ctx context.Context, tx objects.Tx, old, new *rules
 			continue
 		}
 		for _, of := range oo.Fields {
-			nf, kept := no.Field(of.Name)
-			if kept && nf.Type.Name() == of.Type.Name() && nf.Target == of.Target {
+			if _, kept := no.Field(of.Name); kept {
 				continue
 			}
 			inUse, err := tx.FieldInUse(ctx, name, of.Name)
 			if err != nil {
 				return err
 			}
-			switch {
-			case !inUse:
-			case !kept:
+			if inUse {
 				res.Dropped = append(res.Dropped, fmt.Sprintf("field %s.%s", name, of.Name))
-			default:
-				problems = append(problems, fmt.Sprintf("field %s.%s holds data as a %s and cannot become a %s", name, of.Name, of.Type.Name(), nf.Type.Name()))
 			}
 		}
 	}
 	if len(res.Dropped) > 0 && !opts.AllowDrop {
 		problems = append(problems, "this would drop "+strings.Join(res.Dropped, ", ")+", which hold data; apply with --allow-drop to drop them anyway (the data stays stored, hidden, and comes back if they are declared again)")
+	}
+	for _, name := range new.Schema.Names() {
+		no, _ := new.Schema.Object(name)
+		oo, _ := oldSchema.Object(name)
+		for _, nf := range no.Fields {
+			if oo != nil {
+				if of, ok := oo.Field(nf.Name); ok && of.Type.Name() == nf.Type.Name() && of.Target == nf.Target {
+					continue
+				}
+			}
+			p, err := checkStoredValues(ctx, tx, no, nf)
+			if err != nil {
+				return err
+			}
+			if p != "" {
+				problems = append(problems, p)
+			}
+		}
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
@@ -226,6 +241,38 @@ func (e *Engine) migrateData(ctx context.Context, tx objects.Tx, old, new *rules
 		return &ApplyError{Errs: errs}
 	}
 	return claimUnique(ctx, tx, oldSchema, new.Schema)
+}
+
+// checkStoredValues checks that the values stored under a field's name fit
+// the field, as it is now declared, and returns the problem when one does
+// not.
+func checkStoredValues(ctx context.Context, tx objects.Tx, obj *objects.Object, f *objects.Field) (string, error) {
+	inUse, err := tx.FieldInUse(ctx, obj.Name, f.Name)
+	if err != nil || !inUse {
+		return "", err
+	}
+	problem := ""
+	errStop := errors.New("stop")
+	err = tx.ScanRecords(ctx, obj.Name, func(r *objects.Record) error {
+		fields, err := objects.DecodeFields(r.Data)
+		if err != nil {
+			return err
+		}
+		v, set := fields[f.Name]
+		if !set || v == nil {
+			return nil
+		}
+		if _, err := f.Type.Check(v); err != nil {
+			problem = fmt.Sprintf("field %s.%s holds data that is not of type %s: %s record %s has %s, which %s",
+				obj.Name, f.Name, f.Type.Name(), obj.Name, r.ID, objects.JSONText(v), err)
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return "", err
+	}
+	return problem, nil
 }
 
 // claimUnique brings the claims of unique values in line with the new

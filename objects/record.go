@@ -191,6 +191,9 @@ func appendValue(b []byte, v any) []byte {
 	return append(b, bytes.TrimRight(buf.Bytes(), "\n")...)
 }
 
+// JSONText is v written as JSON, for messages.
+func JSONText(v any) string { return string(appendValue(nil, v)) }
+
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string. It escapes what JSON requires and

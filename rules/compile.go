@@ -62,7 +62,7 @@ func Compile(packs []*Pack, opts Options) (*Ruleset, decl.Errors) {
 		seen[p.Name] = true
 		c.rs.Packs = append(c.rs.Packs, PackInfo{Name: p.Name, Hash: p.Hash})
 		for _, f := range p.Files {
-			c.files[f.Name] = f.Data
+			c.files[f.Display()] = f.Data
 		}
 		decls = append(decls, p.Objects...)
 	}
@@ -85,13 +85,13 @@ func Compile(packs []*Pack, opts Options) (*Ruleset, decl.Errors) {
 	var flows []*FlowDecl
 	for _, p := range packs {
 		for _, f := range p.Flows {
-			if c.claimName(f.Name, "flow", f.Pos, f.Path) {
+			if c.claimName(f.Name, "flow", at(f.At, "name", f.Pos), f.Path) {
 				flows = append(flows, f)
 			}
 		}
 	}
 	for _, f := range flows {
-		if o, ok := c.object(f.Object, f.Pos, decl.Join(f.Path, "object")); ok {
+		if o, ok := c.object(f.Object, at(f.At, "object", f.Pos), decl.Join(rulePath(f.Path, f.Name), "object")); ok {
 			c.rs.flows[f.Name] = &Flow{Name: f.Name, Object: o.Name, Pos: f.Pos}
 		}
 	}
@@ -330,14 +330,14 @@ func rulePath(path, name string) string {
 
 func (c *compiler) compileValidation(v *ValidationDecl) {
 	path := rulePath(v.Path, v.Name)
-	ok := c.claimName(v.Name, "validation", v.Pos, path)
-	obj, objOK := c.object(v.Object, v.Pos, decl.Join(path, "object"))
+	ok := c.claimName(v.Name, "validation", at(v.At, "name", v.Pos), path)
+	obj, objOK := c.object(v.Object, at(v.At, "object", v.Pos), decl.Join(path, "object"))
 	on := map[string]bool{"create": true, "update": true}
 	if v.On != nil {
 		on = map[string]bool{}
 		for _, e := range v.On {
 			if e != "create" && e != "update" {
-				c.fail(v.Pos, decl.Join(path, "on"), "a validation runs on create, update, or both, not %s", e)
+				c.fail(at(v.At, "on", v.Pos), decl.Join(path, "on"), "a validation runs on create, update, or both, not %s", e)
 			}
 			on[e] = true
 		}
@@ -353,7 +353,7 @@ func (c *compiler) compileValidation(v *ValidationDecl) {
 	}
 	if v.Field != "" {
 		if _, has := obj.Field(v.Field); !has {
-			c.fail(v.Pos, decl.Join(path, "field"), "%s has no field %s%s", obj.Name, v.Field, decl.DidYouMean(v.Field, obj.FieldNames()))
+			c.fail(at(v.At, "field", v.Pos), decl.Join(path, "field"), "%s has no field %s%s", obj.Name, v.Field, decl.DidYouMean(v.Field, obj.FieldNames()))
 		}
 	}
 	when := c.expr(v.Pos.File, v.When, decl.Join(path, "when"), &scope{obj: obj}, reflect.Bool)
@@ -471,15 +471,15 @@ func (c *compiler) compileAction(ad *ActionDecl, file string, sc *scope, flow st
 
 func (c *compiler) compileAutomation(ad *AutomationDecl) {
 	path := rulePath(ad.Path, ad.Name)
-	named := c.claimName(ad.Name, "automation", ad.Pos, path)
-	obj, objOK := c.object(ad.Object, ad.Pos, decl.Join(path, "object"))
+	named := c.claimName(ad.Name, "automation", at(ad.At, "name", ad.Pos), path)
+	obj, objOK := c.object(ad.Object, at(ad.At, "object", ad.Pos), decl.Join(path, "object"))
 	eventsOK := len(ad.On) > 0
 	if !eventsOK {
 		c.fail(ad.Pos, path, "an automation needs on: create, update or delete")
 	}
 	for _, e := range ad.On {
 		if !slices.Contains(Events, e) {
-			c.fail(ad.Pos, decl.Join(path, "on"), "an automation runs on create, update or delete, not %s%s", e, decl.DidYouMean(e, Events))
+			c.fail(at(ad.At, "on", ad.Pos), decl.Join(path, "on"), "an automation runs on create, update or delete, not %s%s", e, decl.DidYouMean(e, Events))
 			eventsOK = false
 		}
 	}
@@ -650,7 +650,7 @@ func (c *compiler) compileTest(pack string, td *TestDecl) {
 	if strings.TrimSpace(td.Name) == "" {
 		c.fail(td.Pos, path, "a test needs a name")
 	}
-	obj, ok := c.object(td.Object, td.Pos, decl.Join(path, "object"))
+	obj, ok := c.object(td.Object, at(td.At, "object", td.Pos), decl.Join(path, "object"))
 	if !ok || td.Op == "" {
 		return
 	}

@@ -312,10 +312,14 @@ func compileExpr(src string, sc *scope, want reflect.Kind) (*Expr, *exprError) {
 	if err != nil {
 		var fe *file.Error
 		if errors.As(err, &fe) {
-			if fe.Line == 0 {
-				return nil, &exprError{msg: fe.Message}
+			msg := fe.Message
+			if name, ok := strings.CutPrefix(msg, "unknown field "); ok {
+				msg += decl.DidYouMean(name, append(sc.obj.FieldNames(), "id", "created_at", "updated_at"))
 			}
-			return nil, &exprError{line: fe.Line, col: fe.Column + 1, msg: fe.Message}
+			if fe.Line == 0 {
+				return nil, &exprError{msg: msg}
+			}
+			return nil, &exprError{line: fe.Line, col: fe.Column + 1, msg: msg}
 		}
 		return nil, &exprError{msg: err.Error()}
 	}

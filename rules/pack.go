@@ -24,8 +24,21 @@ import (
 
 // A File is one file of a pack.
 type File struct {
-	Name string // for errors: a path as the operator wrote it
+	// Name is the file's name within its pack (leads.yaml), which is stored
+	// with the pack's revisions and goes into its hash.
+	Name string
+	// Path, when set, is where the file was read from, as the operator
+	// wrote it; messages use it in place of Name.
+	Path string
 	Data []byte
+}
+
+// Display is the name messages give the file.
+func (f File) Display() string {
+	if f.Path != "" {
+		return f.Path
+	}
+	return f.Name
 }
 
 // A Pack is a parsed rule pack: one or more files with the same pack name.
@@ -55,6 +68,7 @@ type ValidationDecl struct {
 	When   *yaml.Node
 	Error  string
 	Field  string
+	At     map[string]decl.Pos // where each key\'s value is
 	Pos    decl.Pos
 	Path   string
 }
@@ -66,6 +80,7 @@ type AutomationDecl struct {
 	On      []string
 	When    *yaml.Node
 	Actions []*ActionDecl
+	At      map[string]decl.Pos // where each key\'s value is
 	Pos     decl.Pos
 	Path    string
 }
@@ -84,6 +99,7 @@ type FlowDecl struct {
 	Name   string
 	Object string
 	Steps  []*StepDecl
+	At     map[string]decl.Pos // where each key\'s value is
 	Pos    decl.Pos
 	Path   string
 }
@@ -107,6 +123,7 @@ type TestDecl struct {
 	Record *yaml.Node // the fields sent
 	Old    *yaml.Node // the record as it is before an update or delete
 	Expect ExpectDecl
+	At     map[string]decl.Pos // where each key\'s value is
 	Pos    decl.Pos
 	Path   string
 }
@@ -133,12 +150,12 @@ func Parse(defaultName string, files []File) (*Pack, decl.Errors) {
 		h.Write([]byte{0})
 		h.Write(f.Data)
 		h.Write([]byte{0})
-		root, err := decl.Parse(f.Name, f.Data)
+		root, err := decl.Parse(f.Display(), f.Data)
 		if err != nil {
 			errs = append(errs, err.(decl.Errors)...)
 			continue
 		}
-		r := &decl.Reader{File: f.Name}
+		r := &decl.Reader{File: f.Display()}
 		r.Mapping(root, "", sections, func(key string, v *yaml.Node, path string) {
 			switch key {
 			case "pack":
@@ -185,7 +202,7 @@ func Parse(defaultName string, files []File) (*Pack, decl.Errors) {
 	if !PackName.MatchString(p.Name) {
 		pos := decl.Pos{File: defaultName}
 		if len(p.Files) > 0 {
-			pos.File = p.Files[0].Name
+			pos.File = p.Files[0].Display()
 		}
 		errs = append(errs, &decl.Error{Pos: pos, Path: "pack",
 			Msg: "pack name " + quote(p.Name) + " must be lower case letters, digits, - and _, starting with a letter or digit"})
@@ -196,12 +213,21 @@ func Parse(defaultName string, files []File) (*Pack, decl.Errors) {
 
 func quote(s string) string { return `"` + s + `"` }
 
+// at returns where key's value is, or else def: the rule's own position.
+func at(m map[string]decl.Pos, key string, def decl.Pos) decl.Pos {
+	if p, ok := m[key]; ok {
+		return p
+	}
+	return def
+}
+
 // ruleKeys are the keys of a validation rule.
 var validationKeys = []string{"name", "object", "on", "when", "error", "field"}
 
 func decodeValidation(r *decl.Reader, n *yaml.Node, path string) *ValidationDecl {
-	v := &ValidationDecl{Pos: r.Pos(n), Path: path}
+	v := &ValidationDecl{Pos: r.Pos(n), Path: path, At: map[string]decl.Pos{}}
 	r.Mapping(n, path, validationKeys, func(key string, val *yaml.Node, path string) {
+		v.At[key] = r.Pos(val)
 		switch key {
 		case "name":
 			v.Name, _ = r.String(val, path)
@@ -223,8 +249,9 @@ func decodeValidation(r *decl.Reader, n *yaml.Node, path string) *ValidationDecl
 var automationKeys = []string{"name", "object", "on", "when", "actions"}
 
 func decodeAutomation(r *decl.Reader, n *yaml.Node, path string) *AutomationDecl {
-	a := &AutomationDecl{Pos: r.Pos(n), Path: path}
+	a := &AutomationDecl{Pos: r.Pos(n), Path: path, At: map[string]decl.Pos{}}
 	r.Mapping(n, path, automationKeys, func(key string, val *yaml.Node, path string) {
+		a.At[key] = r.Pos(val)
 		switch key {
 		case "name":
 			a.Name, _ = r.String(val, path)
@@ -278,8 +305,9 @@ func decodeAction(r *decl.Reader, n *yaml.Node, path string) *ActionDecl {
 var flowKeys = []string{"name", "object", "steps"}
 
 func decodeFlow(r *decl.Reader, n *yaml.Node, path string) *FlowDecl {
-	f := &FlowDecl{Pos: r.Pos(n), Path: path}
+	f := &FlowDecl{Pos: r.Pos(n), Path: path, At: map[string]decl.Pos{}}
 	r.Mapping(n, path, flowKeys, func(key string, val *yaml.Node, path string) {
+		f.At[key] = r.Pos(val)
 		switch key {
 		case "name":
 			f.Name, _ = r.String(val, path)
@@ -344,8 +372,9 @@ var (
 )
 
 func decodeTest(r *decl.Reader, n *yaml.Node, path string) *TestDecl {
-	t := &TestDecl{Pos: r.Pos(n), Path: path}
+	t := &TestDecl{Pos: r.Pos(n), Path: path, At: map[string]decl.Pos{}}
 	r.Mapping(n, path, testKeys, func(key string, val *yaml.Node, path string) {
+		t.At[key] = r.Pos(val)
 		switch key {
 		case "name":
 			t.Name, _ = r.String(val, path)

@@ -68,7 +68,9 @@ func readPacks(paths []string) ([]*rules.Pack, error) {
 			if err != nil {
 				return nil, err
 			}
-			pf = append(pf, rules.File{Name: f, Data: data})
+			// Stored by its name in the pack, so that the same content read
+			// from another directory is the same revision.
+			pf = append(pf, rules.File{Name: filepath.Base(f), Path: f, Data: data})
 		}
 		p, perrs := rules.Parse(name, pf)
 		errs = append(errs, perrs...)
@@ -180,14 +182,26 @@ func packTest(ctx context.Context, c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The tests ran from the stored revisions, whose files have their names
+	// in the pack; show the paths they were read from.
+	shown := map[string]string{}
+	for _, p := range packs {
+		for _, f := range p.Files {
+			shown[p.Name+"/"+f.Name] = f.Display()
+		}
+	}
 	failed := 0
 	for _, r := range results {
+		pos := r.Test.Pos
+		if path, ok := shown[r.Test.Pack+"/"+pos.File]; ok {
+			pos.File = path
+		}
 		switch {
 		case r.Failed != "":
 			failed++
-			fmt.Fprintf(c.stdout, "FAIL %s: %s\n     %s\n", r.Test.Pos, r.Test.Name, r.Failed)
+			fmt.Fprintf(c.stdout, "FAIL %s: %s\n     %s\n", pos, r.Test.Name, r.Failed)
 		case *verbose:
-			fmt.Fprintf(c.stdout, "ok   %s: %s\n", r.Test.Pos, r.Test.Name)
+			fmt.Fprintf(c.stdout, "ok   %s: %s\n", pos, r.Test.Name)
 		}
 	}
 	fmt.Fprintf(c.stdout, "%d tests, %d passed, %d failed\n", len(results), len(results)-failed, failed)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/crmd/crmd/engine"
 	"github.com/crmd/crmd/httpapi"
+	"github.com/crmd/crmd/objects"
 	"github.com/crmd/crmd/objects/postgres"
 )
 
@@ -82,8 +83,11 @@ func serve(ctx context.Context, c *cli, args []string) error {
 		return fmt.Errorf("%w: --business is for --packs", errUsage)
 	case *packsDir != "":
 		b, err := eng.Business(ctx, *packsBusiness)
+		if errors.Is(err, objects.ErrNotFound) {
+			return fmt.Errorf("no business named %q (crmd business list shows them)", *packsBusiness)
+		}
 		if err != nil {
-			return fmt.Errorf("--business %q: %w", *packsBusiness, err)
+			return err
 		}
 		watchBusiness = b.ID
 	}
