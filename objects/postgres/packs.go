@@ -13,21 +13,32 @@ import (
 )
 
 func (t *tx) Claim(ctx context.Context, object, field, value, id string) (string, error) {
-	// A concurrent claim of the same value waits here for the other
-	// transaction, and then sees its row.
-	var holder string
-	err := t.t.QueryRow(ctx, `WITH ins AS (
-			INSERT INTO unique_values VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING record_id)
-		SELECT record_id FROM ins UNION ALL
-		SELECT record_id FROM unique_values WHERE business_id = $1 AND object = $2 AND field = $3 AND value = $4
-		LIMIT 1`, t.business, object, field, value, id).Scan(&holder)
-	if err != nil {
-		return "", fmt.Errorf("claiming a unique value: %w", err)
+	// Each statement gets its own snapshot (READ COMMITTED): an insert that
+	// waited for a concurrent claim of the same value and then did nothing
+	// is followed by a SELECT that sees that claim. If the holder released
+	// it in between, the insert is tried again.
+	for range 3 {
+		var holder string
+		err := t.t.QueryRow(ctx, "INSERT INTO unique_values VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING record_id",
+			t.business, object, field, value, id).Scan(&holder)
+		if err == nil {
+			return "", nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return "", fmt.Errorf("claiming a unique value: %w", err)
+		}
+		err = t.t.QueryRow(ctx, "SELECT record_id FROM unique_values WHERE business_id = $1 AND object = $2 AND field = $3 AND value = $4",
+			t.business, object, field, value).Scan(&holder)
+		switch {
+		case err == nil && holder == id:
+			return "", nil
+		case err == nil:
+			return holder, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return "", fmt.Errorf("claiming a unique value: %w", err)
+		}
 	}
-	if holder == id {
-		return "", nil
-	}
-	return holder, nil
+	return "", errors.New("claiming a unique value: it was taken and released three times over")
 }
 
 func (t *tx) Release(ctx context.Context, object, field, value, id string) error {

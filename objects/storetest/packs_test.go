@@ -106,15 +106,17 @@ func TestUniqueClaims(t *testing.T) {
 		if h, _ := claim(b.ID, "ada@example.com", "r9"); h != "" {
 			t.Errorf("another business's claim = %q", h)
 		}
-		// Many writers race for one value: exactly one wins.
+		// Many writers race for one value: exactly one wins, and every other
+		// is told who holds it.
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		winners := 0
-		for i := range 20 {
+		for i := range 40 {
 			wg.Go(func() {
 				h, err := claim(a.ID, "race@example.com", fmt.Sprint("w", i))
 				if err != nil {
 					t.Error(err)
+					return
 				}
 				mu.Lock()
 				if h == "" {
