@@ -113,6 +113,15 @@ func (r *Run) Update(object, id string, fields map[string]any) (*objects.Record,
 	return r.t.nested(r, change{op: Update, object: object, id: id, patch: fields})
 }
 
+// Deliver queues a webhook: body, signed as endpoint, to url. It is sent
+// after the write commits, with retries; nothing is sent if it rolls back.
+func (r *Run) Deliver(endpoint, url string, headers map[string]string, body []byte) error {
+	if r.t.trace != nil {
+		r.t.trace.Webhooks = append(r.t.trace.Webhooks, endpoint)
+	}
+	return r.t.deliver(endpoint, url, headers, body)
+}
+
 // RunFlow runs a flow with the same record and environment.
 func (r *Run) RunFlow(name string) error { return r.t.runFlow(r, name) }
 

@@ -33,18 +33,22 @@ const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 // newAPIKey returns a new random key.
 func newAPIKey() string {
+	key := keyPrefix + randomBase62(keyRandomLen)
+	return key + keyChecksum(key)
+}
+
+// randomBase62 returns n random base62 characters.
+func randomBase62(n int) string {
 	var b strings.Builder
-	b.Grow(keyLen)
-	b.WriteString(keyPrefix)
+	b.Grow(n)
 	limit := big.NewInt(int64(len(base62)))
-	for range keyRandomLen {
-		n, err := rand.Int(rand.Reader, limit)
+	for range n {
+		x, err := rand.Int(rand.Reader, limit)
 		if err != nil {
 			panic(err) // crypto/rand does not fail on supported platforms
 		}
-		b.WriteByte(base62[n.Int64()])
+		b.WriteByte(base62[x.Int64()])
 	}
-	b.WriteString(keyChecksum(b.String()))
 	return b.String()
 }
 

@@ -145,6 +145,9 @@ func (e *Engine) activate(ctx context.Context, businessID string, opts ApplyOpti
 		if err := e.migrateData(ctx, tx, oldRules, newRules, opts, res); err != nil {
 			return err
 		}
+		if err := ensureWebhooks(ctx, tx, newRules, now()); err != nil {
+			return err
+		}
 		for _, rev := range revs {
 			if rev.Revision == 0 {
 				if err := tx.SavePackRevision(ctx, rev); err != nil {
@@ -389,8 +392,7 @@ func (v *View) runTest(ctx context.Context, tc *rules.Test) string {
 	obj, _ := v.Object(tc.Object)
 	var failed string
 	err := v.e.store.Write(ctx, v.biz, func(tx objects.Tx) error {
-		t := &txn{e: v.e, ctx: ctx, tx: tx, rs: v.snap.Rules, now: now(),
-			trace: &Trace{Validations: []string{}, Automations: []string{}, Flows: []string{}, Writes: []TraceWrite{}}}
+		t := v.newTxn(ctx, tx, true, true)
 		c := change{op: Op(tc.Op), object: obj.Name}
 		if tc.Old != nil {
 			old := &objects.Record{Object: obj.Name, ID: objects.NewID(), CreatedAt: t.now, UpdatedAt: t.now, Fields: tc.Old}

@@ -56,6 +56,7 @@ type Trace struct {
 	Validations []string     `json:"validations"`
 	Automations []string     `json:"automations"`
 	Flows       []string     `json:"flows"`
+	Webhooks    []string     `json:"webhooks"`
 	Writes      []TraceWrite `json:"writes"`
 }
 
@@ -100,10 +101,7 @@ func (v *View) Write(ctx context.Context, w WriteRequest) (*WriteResult, error) 
 	var res *WriteResult
 	err = v.e.store.Write(ctx, v.biz, func(tx objects.Tx) error {
 		// A fresh txn every attempt: the store may run this again.
-		t := &txn{e: v.e, ctx: ctx, tx: tx, rs: v.snap.Rules, now: now()}
-		if w.Trace || w.DryRun {
-			t.trace = &Trace{Validations: []string{}, Automations: []string{}, Flows: []string{}, Writes: []TraceWrite{}}
-		}
+		t := v.newTxn(ctx, tx, w.Trace || w.DryRun, w.DryRun)
 		rec, err := t.apply(change{op: w.Op, object: obj.Name, id: w.ID, patch: patch}, 0, nil)
 		if err != nil {
 			return err
@@ -120,6 +118,15 @@ func (v *View) Write(ctx context.Context, w WriteRequest) (*WriteResult, error) 
 	return res, nil
 }
 
+// newTxn starts the engine's side of a write transaction.
+func (v *View) newTxn(ctx context.Context, tx objects.Tx, trace, dryRun bool) *txn {
+	t := &txn{e: v.e, ctx: ctx, tx: tx, biz: v.biz, rs: v.snap.Rules, now: now(), dryRun: dryRun}
+	if trace {
+		t.trace = &Trace{Validations: []string{}, Automations: []string{}, Flows: []string{}, Webhooks: []string{}, Writes: []TraceWrite{}}
+	}
+	return t
+}
+
 // change is one record write within a transaction. patch is in canonical
 // form; in an update a nil value clears the field.
 type change struct {
@@ -132,12 +139,14 @@ type change struct {
 // txn is one client write in its transaction, with every write that its
 // automations make.
 type txn struct {
-	e     *Engine
-	ctx   context.Context
-	tx    objects.Tx
-	rs    *rules.Ruleset
-	now   time.Time
-	trace *Trace
+	e      *Engine
+	ctx    context.Context
+	tx     objects.Tx
+	biz    string
+	rs     *rules.Ruleset
+	now    time.Time
+	trace  *Trace
+	dryRun bool // nothing will be kept: no deliveries are queued
 }
 
 // apply makes one change, in the order of execution: before-save
@@ -204,6 +213,9 @@ func (t *txn) create(obj *objects.Object, r *rules.ObjectRules, c change, depth 
 	if err := t.after(obj, r.After["create"], env, depth, chain); err != nil {
 		return nil, err
 	}
+	if err := t.emit(obj, Create, rec, nil, env); err != nil {
+		return nil, err
+	}
 	return rec, nil
 }
 
@@ -248,6 +260,9 @@ func (t *txn) update(obj *objects.Object, r *rules.ObjectRules, c change, depth 
 	if err := t.after(obj, r.After["update"], env, depth, chain); err != nil {
 		return nil, err
 	}
+	if err := t.emit(obj, Update, rec, old, env); err != nil {
+		return nil, err
+	}
 	return rec, nil
 }
 
@@ -271,7 +286,10 @@ func (t *txn) remove(obj *objects.Object, r *rules.ObjectRules, c change, depth 
 	}
 	t.wrote(Delete, obj.Name, old.ID)
 	env := rules.NewEnv(obj, "delete", old.ID, old.CreatedAt, old.UpdatedAt, old.Fields, old.Fields)
-	return t.after(obj, r.After["delete"], env, depth, chain)
+	if err := t.after(obj, r.After["delete"], env, depth, chain); err != nil {
+		return err
+	}
+	return t.emit(obj, Delete, old, old, env)
 }
 
 // before runs the automations that change the record before it is saved.

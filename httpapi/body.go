@@ -30,6 +30,15 @@ func readObject(w http.ResponseWriter, r *http.Request, limit int64) (map[string
 		return nil, &apiError{status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia,
 			message: "the body must be UTF-8 (charset=utf-8)"}
 	}
+	data, err := readBody(w, r, limit)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(data)
+}
+
+// readBody reads a request body of at most limit bytes (413 beyond).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
 		message: fmt.Sprintf("request body is larger than the limit of %d bytes", limit)}
 	if r.ContentLength > limit {
@@ -43,7 +52,7 @@ func readObject(w http.ResponseWriter, r *http.Request, limit int64) (map[string
 		}
 		return nil, badRequest("reading the request body: %v", err)
 	}
-	return decodeObject(data)
+	return data, nil
 }
 
 // decodeObject parses data as one JSON object.

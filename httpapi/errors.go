@@ -23,6 +23,7 @@ const (
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeInternal         = "internal"
 	codeUnavailable      = "unavailable"
+	codeRateLimited      = "rate_limited"
 )
 
 // An apiError is a response decided in this package: a bad body, a bad

@@ -27,12 +27,16 @@ const DefaultMaxBody = 1 << 20
 type Options struct {
 	Logger  *slog.Logger
 	MaxBody int64 // bytes; DefaultMaxBody when zero
+	// InboundRate is how many requests a second each inbound webhook URL
+	// takes, with bursts of twice as many; DefaultInboundRate when zero.
+	InboundRate float64
 }
 
 type api struct {
 	eng     *engine.Engine
 	log     *slog.Logger
 	maxBody int64
+	limits  *limiter
 }
 
 // New returns the HTTP handler of crmd.
@@ -44,6 +48,11 @@ func New(eng *engine.Engine, opts Options) http.Handler {
 	if a.maxBody <= 0 {
 		a.maxBody = DefaultMaxBody
 	}
+	rate := opts.InboundRate
+	if rate <= 0 {
+		rate = DefaultInboundRate
+	}
+	a.limits = newLimiter(rate, 2*rate)
 	r := httprouter.New()
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
@@ -58,6 +67,7 @@ func New(eng *engine.Engine, opts Options) http.Handler {
 	r.GET("/api/v1/:object/:id", a.authed(a.get))
 	r.PATCH("/api/v1/:object/:id", a.authed(a.update))
 	r.DELETE("/api/v1/:object/:id", a.authed(a.remove))
+	r.POST("/api/in/:token", a.inbound)
 	return a.middleware(r)
 }
 
@@ -102,7 +112,7 @@ func (a *api) middleware(next http.Handler) http.Handler {
 			attrs := []slog.Attr{
 				slog.String("request_id", ri.id),
 				slog.String("method", r.Method),
-				slog.String("path", r.URL.Path),
+				slog.String("path", redactPath(r.URL.Path)),
 				slog.Int("status", sw.status),
 				slog.Duration("duration", time.Since(start)),
 			}
@@ -135,7 +145,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (a *api) notFound(w http.ResponseWriter, r *http.Request) {
-	a.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such endpoint: " + r.Method + " " + r.URL.Path})
+	a.writeError(w, r, &apiError{status: http.StatusNotFound, code: codeNotFound, message: "no such endpoint: " + r.Method + " " + redactPath(r.URL.Path)})
 }
 
 func (a *api) methodNotAllowed(w http.ResponseWriter, r *http.Request) {

@@ -39,6 +39,8 @@ const MaxPageSize = 500
 // Store keeps businesses, API keys and records. Every record operation is
 // scoped to one business: a record of another business does not exist.
 type Store interface {
+	WebhookStore
+
 	// Get returns one record, or a *NotFoundError.
 	Get(ctx context.Context, businessID, object, id string) (*Record, error)
 	// List returns up to limit records of an object after skipping offset
@@ -88,6 +90,8 @@ type Store interface {
 
 // Tx is a write transaction within one business.
 type Tx interface {
+	WebhookTx
+
 	// Get returns a record for update, or a *NotFoundError.
 	Get(ctx context.Context, object, id string) (*Record, error)
 	// Exists reports whether a record exists.

@@ -49,7 +49,8 @@ func Compile(packs []*Pack, opts Options) (*Ruleset, decl.Errors) {
 		opts:    opts,
 		files:   map[string][]byte{},
 		readers: map[string]*decl.Reader{},
-		rs:      &Ruleset{objects: map[string]*ObjectRules{}, flows: map[string]*Flow{}},
+		rs: &Ruleset{objects: map[string]*ObjectRules{}, flows: map[string]*Flow{},
+			subscribed: map[string][]*Subscription{}, inbound: map[string]*Inbound{}, endpoints: map[string]bool{}},
 		names:   map[string]decl.Pos{},
 		flowRun: map[string][]string{},
 	}
@@ -105,6 +106,15 @@ func Compile(packs []*Pack, opts Options) (*Ruleset, decl.Errors) {
 	for _, p := range packs {
 		for _, a := range p.Automations {
 			c.compileAutomation(a)
+		}
+	}
+	webhooks, inbound := map[string]decl.Pos{}, map[string]decl.Pos{}
+	for _, p := range packs {
+		for _, w := range p.Webhooks {
+			c.compileWebhook(w, webhooks)
+		}
+		for _, in := range p.Inbound {
+			c.compileInbound(in, inbound)
 		}
 	}
 	for _, p := range packs {
@@ -410,6 +420,63 @@ func (a *ActionCompiler) Values(n *yaml.Node, path string, obj *objects.Object) 
 // "=".
 func (a *ActionCompiler) Value(n *yaml.Node, path string, f *objects.Field) *Value {
 	return a.c.value(a.file, n, path, a.sc, f)
+}
+
+// Endpoint notes that the action sends deliveries as name, whose secret
+// crmd keeps; it reports whether the name is well formed.
+func (a *ActionCompiler) Endpoint(n *yaml.Node, path, name string) bool {
+	if !WebhookName.MatchString(name) {
+		a.Errorf(n, path, "the name a webhook is sent as is lower case letters, digits, - and _, starting with a letter or digit")
+		return false
+	}
+	a.c.rs.endpoints[name] = true
+	return true
+}
+
+// URL checks the URL a webhook is sent to.
+func (a *ActionCompiler) URL(n *yaml.Node, path, raw string) bool {
+	if err := checkURL(raw); err != nil {
+		a.Errorf(n, path, "url %s", err)
+		return false
+	}
+	return true
+}
+
+// Headers reads a mapping of extra header names to values.
+func (a *ActionCompiler) Headers(n *yaml.Node, path string) map[string]string {
+	r := a.c.reader(a.file)
+	defer a.c.collect(r)
+	return a.c.headers(r, n, path)
+}
+
+// Payload compiles a mapping of names to values, literals or expressions
+// after "=", of any type: the body of a webhook.
+func (a *ActionCompiler) Payload(n *yaml.Node, path string) []*PayloadValue {
+	r := a.c.reader(a.file)
+	var out []*PayloadValue
+	r.Mapping(n, path, nil, func(name string, v *yaml.Node, path string) {
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!str" && strings.HasPrefix(v.Value, "=") && !strings.HasPrefix(v.Value, "==") {
+			src := strings.TrimLeft(v.Value[1:], " ")
+			offset := utf8.RuneCountInString(v.Value) - utf8.RuneCountInString(src)
+			x, e := compileExpr(src, a.sc, reflect.Invalid)
+			if e != nil {
+				a.c.errs = append(a.c.errs, &decl.Error{Pos: a.c.exprPos(a.file, v, offset, e), Path: path, Msg: e.msg})
+				return
+			}
+			out = append(out, &PayloadValue{Name: name, Expr: x})
+			return
+		}
+		lit, ok := r.Value(v, path)
+		if !ok {
+			return
+		}
+		if s, isStr := lit.(string); isStr && strings.HasPrefix(s, "==") {
+			lit = s[1:]
+		}
+		out = append(out, &PayloadValue{Name: name, Lit: lit})
+	})
+	a.c.collect(r)
+	return out
 }
 
 // LookupObject finds an object by name, reporting it when unknown.

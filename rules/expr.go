@@ -129,6 +129,13 @@ func (e *Env) load() map[string]any {
 	return e.vars
 }
 
+// NewInboundEnv returns the environment of an inbound webhook's
+// expressions: the JSON posted (payload), the request's headers (by lower
+// case name, the first value) and its query parameters (the first value).
+func NewInboundEnv(payload map[string]any, headers, query map[string]string) *Env {
+	return &Env{vars: map[string]any{"payload": payload, "headers": headers, "query": query}}
+}
+
 // Set changes a field of the record being written, as a set action does.
 func (e *Env) Set(field string, v any) {
 	if v == nil {
@@ -312,11 +319,15 @@ var functions = []expr.Option{
 
 // A scope describes the names an expression can use, for type checking.
 type scope struct {
-	obj   *objects.Object
-	steps types.Map // nil outside flows
+	obj     *objects.Object
+	steps   types.Map // nil outside flows
+	inbound bool      // an inbound webhook's: payload, headers and query
 }
 
 func (s *scope) env() types.Map {
+	if s.inbound {
+		return inboundEnv
+	}
 	rt := recordType(s.obj)
 	m := types.Map{
 		"record":  rt,

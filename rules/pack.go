@@ -50,11 +50,12 @@ type Pack struct {
 	Validations []*ValidationDecl
 	Automations []*AutomationDecl
 	Flows       []*FlowDecl
+	Webhooks    []*WebhookDecl
+	Inbound     []*InboundDecl
 	Tests       []*TestDecl
 }
 
-// The sections a pack file may have. webhooks and inbound are reserved for
-// the webhooks that are still to come, and refused for now.
+// The sections a pack file may have.
 var sections = []string{"pack", "objects", "validations", "automations", "flows", "webhooks", "inbound", "tests"}
 
 // PackName is the form of a pack's name.
@@ -180,8 +181,14 @@ func Parse(defaultName string, files []File) (*Pack, decl.Errors) {
 				r.Sequence(v, path, func(_ int, item *yaml.Node, path string) {
 					p.Tests = append(p.Tests, decodeTest(r, item, path))
 				})
-			case "webhooks", "inbound":
-				r.Errorf(v, path, "%s is reserved for webhooks, which crmd does not serve yet", key)
+			case "webhooks":
+				r.Sequence(v, path, func(_ int, item *yaml.Node, path string) {
+					p.Webhooks = append(p.Webhooks, decodeWebhook(r, item, path))
+				})
+			case "inbound":
+				r.Sequence(v, path, func(_ int, item *yaml.Node, path string) {
+					p.Inbound = append(p.Inbound, decodeInbound(r, item, path))
+				})
 			}
 		})
 		errs = append(errs, r.Errs...)

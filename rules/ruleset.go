@@ -16,6 +16,11 @@ type Ruleset struct {
 	objects map[string]*ObjectRules
 	flows   map[string]*Flow
 	none    ObjectRules
+
+	subscriptions []*Subscription
+	subscribed    map[string][]*Subscription // by object.event
+	inbound       map[string]*Inbound
+	endpoints     map[string]bool
 }
 
 // PackInfo names a pack a ruleset was compiled from.
@@ -195,4 +200,21 @@ type Expect struct {
 	Error   string
 	Fields  map[string]any // canonical
 	Created map[string]int
+}
+
+// A PayloadValue is one member of a webhook's body: a literal, or an
+// expression written after "=".
+type PayloadValue struct {
+	Name string
+	Lit  any
+	Expr *Expr
+}
+
+// Eval returns the member's value. Dates read by expressions go out as
+// RFC 3339 text.
+func (v *PayloadValue) Eval(env *Env) (any, error) {
+	if v.Expr == nil {
+		return v.Lit, nil
+	}
+	return v.Expr.Eval(env)
 }

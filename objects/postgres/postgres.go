@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,13 @@ const migrationLock = 0x63726d64 // "crmd"
 type Store struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
+
+	// The dispatcher's wake-ups: a connection LISTENs from the first call
+	// of DeliveryWakeups until Close.
+	listen     sync.Once
+	wake       chan struct{}
+	stopListen context.CancelFunc
+	listening  sync.WaitGroup
 }
 
 var _ objects.Store = (*Store)(nil)
@@ -58,7 +66,7 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
-	s := &Store{pool: pool, log: log}
+	s := &Store{pool: pool, log: log, wake: make(chan struct{}, 1), stopListen: func() {}}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrating: %w", err)
@@ -68,6 +76,9 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 
 // Close closes the pool.
 func (s *Store) Close() error {
+	s.listen.Do(func() {}) // no listener starts after Close
+	s.stopListen()
+	s.listening.Wait()
 	s.pool.Close()
 	return nil
 }
@@ -119,7 +130,17 @@ func (s *Store) migrate(ctx context.Context) error {
 func (s *Store) Write(ctx context.Context, businessID string, fn func(objects.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
-			return fn(&tx{t: t, business: businessID})
+			x := &tx{t: t, business: businessID}
+			if err := fn(x); err != nil {
+				return err
+			}
+			if x.deliveries {
+				// Delivered to every listening crmd process when, and
+				// only if, the transaction commits.
+				_, err := t.Exec(ctx, "SELECT pg_notify($1, '')", deliveriesChannel)
+				return err
+			}
+			return nil
 		})
 		if attempt < 4 && retryable(err) {
 			time.Sleep(time.Duration(attempt) * 5 * time.Millisecond)
@@ -211,8 +232,9 @@ func (s *Store) List(ctx context.Context, businessID, object string, limit, offs
 }
 
 type tx struct {
-	t        pgx.Tx
-	business string
+	t          pgx.Tx
+	business   string
+	deliveries bool // added deliveries: notify the dispatchers
 }
 
 func (t *tx) Get(ctx context.Context, object, id string) (*objects.Record, error) {

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -49,6 +50,11 @@ type Store struct {
 	done   chan struct{}
 	closed sync.Once
 	log    *slog.Logger
+
+	// deliveriesAdded is set by a write that adds deliveries; the writer
+	// wakes the dispatcher after it commits.
+	deliveriesAdded atomic.Bool
+	wake            chan struct{}
 }
 
 var _ objects.Store = (*Store)(nil)
@@ -80,6 +86,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 		log:   log,
+		wake:  make(chan struct{}, 1),
 	}
 	if err := s.migrate(ctx); err != nil {
 		conn.Close()

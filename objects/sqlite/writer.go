@@ -118,6 +118,8 @@ func (s *Store) runBatch(batch []*writeReq) {
 		if !aborted {
 			if _, err := s.conn.ExecContext(ctx, "COMMIT"); err != nil {
 				abort(fmt.Errorf("committing: %w", err))
+			} else if s.deliveriesAdded.Swap(false) {
+				s.wakeDispatcher()
 			}
 		}
 	}

@@ -46,6 +46,12 @@ func commands() []command {
 		{"pack list", "--business NAME [--json]", "list a business's pack revisions", packList},
 		{"pack show", "--business NAME [--revision N] PACK", "print the files of a pack revision (default: the active one)", packShow},
 		{"pack rollback", "--business NAME [--to N] [--allow-drop] PACK", "activate an earlier revision of a pack", packRollback},
+		{"webhook list", "--business NAME [--secrets] [--json]", "list a business's webhooks, their state and, on request, secrets", webhookList},
+		{"webhook deliveries", "--business NAME [--status pending|succeeded|failed] [--limit N] [--json]", "list a business's webhook deliveries, newest first", webhookDeliveries},
+		{"webhook replay", "--business NAME DELIVERY_ID", "send a delivery again", webhookReplay},
+		{"webhook enable", "--business NAME WEBHOOK", "enable a disabled webhook", webhookEnable},
+		{"inbound list", "--business NAME [--base-url URL] [--secrets] [--json]", "list a business's inbound webhooks and their URLs", inboundList},
+		{"inbound rotate", "--business NAME INBOUND", "give an inbound webhook a new URL; prints it", inboundRotate},
 	}
 }
 

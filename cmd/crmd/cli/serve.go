@@ -12,10 +12,12 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/crmd/crmd/engine"
+	"github.com/crmd/crmd/engine/delivery"
 	"github.com/crmd/crmd/httpapi"
 	"github.com/crmd/crmd/objects"
 	"github.com/crmd/crmd/objects/postgres"
@@ -38,6 +40,9 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	logFormat := fs.String("log-format", envOr("CRMD_LOG_FORMAT", "text"), "log format: text or json (env CRMD_LOG_FORMAT)")
 	packsDir := fs.String("packs", "", "for development: watch this directory's rule pack and apply it to --business on every change")
 	packsBusiness := fs.String("business", "", "the business --packs applies to")
+	webhookAllow := fs.String("webhook-allow", envOr("CRMD_WEBHOOK_ALLOW", ""),
+		"comma-separated CIDRs outgoing webhooks may reach although they are private, loopback and the like (env CRMD_WEBHOOK_ALLOW)")
+	inboundRate := fs.Float64("inbound-rate", 0, "requests a second each inbound webhook URL takes, with bursts of twice as many (default 50)")
 	debugAddr := fs.String("debug-addr", envOr("CRMD_DEBUG_ADDR", ""), "if set, serve Go's profiler (/debug/pprof/) on this address; keep it private (env CRMD_DEBUG_ADDR)")
 	if _, err := c.parseArgs(fs, args); err != nil {
 		return err
@@ -75,6 +80,15 @@ func serve(ctx context.Context, c *cli, args []string) error {
 			" && crmd key create --business NAME" + dbArg)
 	}
 
+	allow, err := delivery.ParseAllow(*webhookAllow)
+	if err != nil {
+		return fmt.Errorf("%w: --webhook-allow: %v", errUsage, err)
+	}
+	if *inboundRate < 0 {
+		return fmt.Errorf("%w: --inbound-rate must be positive", errUsage)
+	}
+	webhooks := delivery.NewClient(&delivery.Policy{Allow: allow}, delivery.ClientOptions{Logger: log})
+
 	var watchBusiness string
 	switch {
 	case *packsDir != "" && *packsBusiness == "":
@@ -97,7 +111,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           httpapi.New(eng, httpapi.Options{Logger: log, MaxBody: int64(maxBody)}),
+		Handler:           httpapi.New(eng, httpapi.Options{Logger: log, MaxBody: int64(maxBody), InboundRate: *inboundRate}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -121,7 +135,14 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	engDone := make(chan struct{})
 	go func() {
-		eng.Run(engCtx)
+		var wg sync.WaitGroup
+		wg.Go(func() { eng.Run(engCtx) })
+		wg.Go(func() {
+			if err := eng.RunDispatcher(engCtx, engine.DispatcherOptions{Client: webhooks}); err != nil {
+				log.Error("delivering webhooks", "err", err)
+			}
+		})
+		wg.Wait()
 		close(engDone)
 	}()
 	if watchBusiness != "" {
