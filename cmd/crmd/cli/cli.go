@@ -33,7 +33,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"serve", "[--addr ADDR] [--db DB] [--max-body SIZE] [--log-format text|json] [--packs DIR --business NAME]", "run the service", serve},
+		{"serve", "[--addr ADDR] [--db DB] [--max-body SIZE] [--log-format text|json] [--webhook-allow CIDRS] [--inbound-rate N] [--packs DIR --business NAME]", "run the service", serve},
 		{"migrate", "[--db DB]", "bring the database schema up to date", migrate},
 		{"business create", "NAME", "create a business; prints its id", businessCreate},
 		{"business list", "[--json]", "list businesses", businessList},
