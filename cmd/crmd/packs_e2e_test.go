@@ -209,7 +209,7 @@ func TestPackValidate(t *testing.T) {
 		// CRMD_DB names a file that must not appear: validate opens no database.
 		db := filepath.Join(dir, "never.db")
 		r := crmdEnv(t, []string{"CRMD_DB=" + db}, "pack", "validate", examplePack(t))
-		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "field-services: ok (6 files)\n") {
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "field-services: ok (7 files)\n") {
 			t.Fatalf("want exit status 0, field-services: ok on stdout, nothing on stderr:\n%v", r)
 		}
 		if _, err := os.Stat(db); !os.IsNotExist(err) {
