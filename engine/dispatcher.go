@@ -149,6 +149,9 @@ func (e *Engine) attempt(ctx context.Context, owner string, d *objects.Delivery,
 	}
 	a := objects.Attempt{DeliveryID: d.ID, Owner: owner, At: now(), OK: res.OK(), Status: res.Status, Error: res.Err,
 		Response: res.Body, FailingFor: opts.FailingFor}
+	if a.Response == nil {
+		a.Response = []byte{} // no response: an empty body, not NULL
+	}
 	if !a.OK {
 		switch next, ok := delivery.NextAttempt(d.Attempts+1, a.At, res.RetryAfter); {
 		case res.Gone():
