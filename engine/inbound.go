@@ -19,7 +19,7 @@ const InboundIdempotency = 24 * time.Hour
 
 // An InboundRequest is a request posted to an inbound webhook's URL.
 type InboundRequest struct {
-	Token   string
+	Target  *InboundTarget // from FindInbound
 	Raw     []byte         // the body as sent, for signatures
 	Payload map[string]any // the body, decoded
 	Headers http.Header
@@ -42,6 +42,7 @@ type InboundAnswer struct {
 type InboundTarget struct {
 	BusinessID string
 	Name       string
+	stored     *objects.Inbound
 }
 
 // ErrSignature means an inbound webhook that verifies signatures got a
@@ -60,7 +61,7 @@ func (e *Engine) FindInbound(ctx context.Context, token string) (*InboundTarget,
 	if err != nil {
 		return nil, err
 	}
-	return &InboundTarget{BusinessID: in.BusinessID, Name: in.Name}, nil
+	return &InboundTarget{BusinessID: in.BusinessID, Name: in.Name, stored: in}, nil
 }
 
 // Inbound takes a request to an inbound webhook: it checks its signature
@@ -70,10 +71,7 @@ func (e *Engine) FindInbound(ctx context.Context, token string) (*InboundTarget,
 // request with an idempotency key that was answered in the last 24 hours
 // gets the same answer and writes nothing.
 func (e *Engine) Inbound(ctx context.Context, req InboundRequest) (*InboundAnswer, error) {
-	stored, err := e.store.InboundByToken(ctx, req.Token)
-	if err != nil {
-		return nil, err
-	}
+	stored := req.Target.stored
 	v, err := e.View(ctx, stored.BusinessID)
 	if err != nil {
 		return nil, err

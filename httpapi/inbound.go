@@ -72,7 +72,7 @@ func (a *api) inbound(w http.ResponseWriter, r *http.Request, ps httprouter.Para
 		a.writeError(w, r, badRequest("the idempotency key (webhook-id or Idempotency-Key) is longer than 255 characters"))
 		return
 	}
-	ans, err := a.eng.Inbound(r.Context(), engine.InboundRequest{Token: token, Raw: raw, Payload: plainNumbers(payload).(map[string]any),
+	ans, err := a.eng.Inbound(r.Context(), engine.InboundRequest{Target: target, Raw: raw, Payload: plainNumbers(payload).(map[string]any),
 		Headers: r.Header, Query: r.URL.Query(), Key: key})
 	var se *engine.SignatureError
 	switch {
