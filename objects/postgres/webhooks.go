@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -160,6 +161,15 @@ func (s *Store) listenLoop(ctx context.Context) {
 const deliveryColumns = `id, business_id, message_id, endpoint, url, headers, payload, status, attempts, next_attempt_at,
 	last_status, last_error, last_response, created_at, updated_at`
 
+// qualified prefixes each of a list of columns with table.
+func qualified(table, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = table + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
 func scanDelivery(row pgx.Row, extra ...any) (*objects.Delivery, error) {
 	d := &objects.Delivery{}
 	dest := append([]any{&d.ID, &d.BusinessID, &d.MessageID, &d.Endpoint, &d.URL, &d.Headers, &d.Payload, &d.Status, &d.Attempts, &d.NextAttemptAt,
@@ -172,15 +182,20 @@ func scanDelivery(row pgx.Row, extra ...any) (*objects.Delivery, error) {
 }
 
 // ClaimDeliveries leases due deliveries with FOR UPDATE SKIP LOCKED, so
-// that dispatchers in several processes claim different ones.
+// that dispatchers in several processes claim different ones. The due rows
+// are picked in a materialized CTE: as "WHERE id IN (SELECT ... LIMIT n)"
+// the planner may run the subquery once per row of a nested loop and lease
+// more than n (a known PostgreSQL trap, seen here as a dispatcher with more
+// sends than workers).
 func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) ([]*objects.Delivery, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE deliveries SET lease_owner = $1, lease_until = $2
-		WHERE id IN (SELECT d.id FROM deliveries d
+	rows, err := s.pool.Query(ctx, `WITH due AS MATERIALIZED (
+			SELECT d.id FROM deliveries d
 			WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND d.lease_until <= $3
 			AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
 			ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-		AND status = 'pending' AND lease_until <= $3
-		RETURNING `+deliveryColumns+`,
+		UPDATE deliveries SET lease_owner = $1, lease_until = $2 FROM due
+		WHERE deliveries.id = due.id AND deliveries.status = 'pending' AND deliveries.lease_until <= $3
+		RETURNING `+qualified("deliveries", deliveryColumns)+`,
 			(SELECT secret FROM webhook_endpoints e WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint)`,
 		owner, now.Add(lease), now, limit)
 	if err != nil {
