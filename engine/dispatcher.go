@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/crmd/crmd/engine/delivery"
@@ -75,7 +76,11 @@ func (e *Engine) RunDispatcher(ctx context.Context, opts DispatcherOptions) erro
 	opts.defaults()
 	owner := dispatcherOwner()
 	wake := e.store.DeliveryWakeups()
-	free := make(chan struct{}, opts.Workers) // a worker finished
+	// busy counts the sends in flight; a worker that finishes lowers it and
+	// wakes the loop without ever blocking, so that the loop may stop
+	// listening at shutdown while sends finish.
+	var busy atomic.Int64
+	freed := make(chan struct{}, 1)
 	sends, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
 	var wg sync.WaitGroup
@@ -89,55 +94,57 @@ func (e *Engine) RunDispatcher(ctx context.Context, opts DispatcherOptions) erro
 			<-done
 		}
 	}()
-	busy := 0
 	prune := time.NewTicker(time.Hour)
 	defer prune.Stop()
 	for {
 		// Claim as many as there are idle workers.
-		more := false
-		if idle := opts.Workers - busy; idle > 0 && ctx.Err() == nil {
+		if idle := opts.Workers - int(busy.Load()); idle > 0 && ctx.Err() == nil {
 			ds, err := e.store.ClaimDeliveries(ctx, owner, now(), opts.Lease, idle)
 			if err != nil && ctx.Err() == nil {
 				e.log.LogAttrs(ctx, slog.LevelWarn, "claiming webhook deliveries", slog.String("err", err.Error()))
 			}
 			for _, d := range ds {
-				busy++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				busy.Add(1)
+				wg.Go(func() {
 					e.attempt(sends, owner, d, &opts)
-					free <- struct{}{}
-				}()
+					busy.Add(-1)
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				})
 			}
-			more = len(ds) == idle
-		}
-		if more {
-			select {
-			case <-free:
-				busy--
-			default:
+			if len(ds) >= idle {
+				continue // there may be more due
 			}
-			continue
 		}
-		wait := opts.Poll
-		if next, ok, err := e.store.NextDeliveryAt(ctx); err == nil && ok {
-			wait = min(wait, max(0, time.Until(next)))
+		// With every worker busy, only a worker finishing makes claiming
+		// worth it; otherwise sleep until the next delivery is due, a write
+		// adds some, or the poll interval ends.
+		var timer *time.Timer
+		var due <-chan time.Time // nil: never
+		if busy.Load() < int64(opts.Workers) {
+			wait := opts.Poll
+			if next, ok, err := e.store.NextDeliveryAt(ctx); err == nil && ok {
+				wait = min(wait, max(0, time.Until(next)))
+			}
+			timer = time.NewTimer(wait)
+			due = timer.C
 		}
-		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return nil
 		case <-wake:
-		case <-free:
-			busy--
-		case <-timer.C:
+		case <-freed:
+		case <-due:
 		case <-prune.C:
 			if err := e.store.PruneInboundAnswers(ctx, now().Add(-InboundIdempotency)); err != nil {
 				e.log.LogAttrs(ctx, slog.LevelWarn, "forgetting old inbound answers", slog.String("err", err.Error()))
 			}
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 	}
 }
 
