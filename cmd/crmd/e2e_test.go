@@ -360,7 +360,11 @@ func (s *server) signal(t testing.TB, sig os.Signal) int {
 	select {
 	case <-s.exited:
 	case <-time.After(processTimeout):
-		t.Fatalf("crmd %s did not exit within %v of %v:\n%s", shellQuote(s.args), processTimeout, sig, tail(s.stderr.String(), 40))
+		// SIGQUIT makes the Go runtime print every goroutine's stack: where
+		// the process hangs.
+		s.cmd.Process.Signal(syscall.SIGQUIT)
+		<-s.exited
+		t.Fatalf("crmd %s did not exit within %v of %v:\n%s", shellQuote(s.args), processTimeout, sig, goroutines(s.stderr.String()))
 	}
 	if s.client != nil {
 		s.client.CloseIdleConnections()
@@ -378,6 +382,15 @@ func (s *server) stop(t testing.TB) {
 	if !s.logged("stopped") {
 		t.Fatalf("crmd serve exited after SIGTERM without logging \"stopped\":\n%s", tail(s.stderr.String(), 40))
 	}
+}
+
+// goroutines returns the goroutine dump of a process that SIGQUIT ended,
+// or the last lines of its log when there is none.
+func goroutines(log string) string {
+	if i := strings.Index(log, "SIGQUIT: quit"); i >= 0 {
+		return log[i:]
+	}
+	return tail(log, 40)
 }
 
 // kill ends the server with SIGKILL and waits for it to be gone.

@@ -176,7 +176,7 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 			return nil // the lease was lost: whoever holds it now records
 		}
 		if a.OK {
-			_, err = c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = NULL WHERE business_id = ? AND name = ?", businessID, endpoint)
+			_, err = c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = NULL WHERE business_id = ? AND name = ? AND failing_since IS NOT NULL", businessID, endpoint)
 			return err
 		}
 		if _, err := c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?) WHERE business_id = ? AND name = ?",

@@ -43,6 +43,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	webhookAllow := fs.String("webhook-allow", envOr("CRMD_WEBHOOK_ALLOW", ""),
 		"comma-separated CIDRs outgoing webhooks may reach although they are private, loopback and the like (env CRMD_WEBHOOK_ALLOW)")
 	webhookLease := fs.Duration("webhook-lease", 2*time.Minute, "how long a delivery being sent stays with this process before another may take it over; longer than an attempt")
+	webhookWorkers := fs.Int("webhook-workers", 32, "how many webhook deliveries this process sends at once")
 	inboundRate := fs.Float64("inbound-rate", 0, "requests a second each inbound webhook URL takes, with bursts of twice as many (default 50)")
 	debugAddr := fs.String("debug-addr", envOr("CRMD_DEBUG_ADDR", ""), "if set, serve Go's profiler (/debug/pprof/) on this address; keep it private (env CRMD_DEBUG_ADDR)")
 	if _, err := c.parseArgs(fs, args); err != nil {
@@ -84,6 +85,9 @@ func serve(ctx context.Context, c *cli, args []string) error {
 	allow, err := delivery.ParseAllow(*webhookAllow)
 	if err != nil {
 		return fmt.Errorf("%w: --webhook-allow: %v", errUsage, err)
+	}
+	if *webhookWorkers < 1 {
+		return fmt.Errorf("%w: --webhook-workers must be at least 1", errUsage)
 	}
 	if *inboundRate < 0 {
 		return fmt.Errorf("%w: --inbound-rate must be positive", errUsage)
@@ -139,7 +143,7 @@ func serve(ctx context.Context, c *cli, args []string) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { eng.Run(engCtx) })
 		wg.Go(func() {
-			if err := eng.RunDispatcher(engCtx, engine.DispatcherOptions{Client: webhooks, Lease: *webhookLease}); err != nil {
+			if err := eng.RunDispatcher(engCtx, engine.DispatcherOptions{Client: webhooks, Lease: *webhookLease, Workers: *webhookWorkers}); err != nil {
 				log.Error("delivering webhooks", "err", err)
 			}
 		})
