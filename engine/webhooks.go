@@ -166,6 +166,12 @@ func (e *Engine) EnableEndpoint(ctx context.Context, businessID, name string) er
 	return e.store.EnableEndpoint(ctx, businessID, name)
 }
 
+// DisableEndpoint disables a webhook, for reason: its deliveries wait,
+// pending, until it is enabled.
+func (e *Engine) DisableEndpoint(ctx context.Context, businessID, name, reason string) error {
+	return e.store.DisableEndpoint(ctx, businessID, name, reason, now())
+}
+
 // Inbounds lists a business's inbound webhooks, with their tokens.
 func (e *Engine) Inbounds(ctx context.Context, businessID string) ([]*objects.Inbound, error) {
 	return e.store.Inbounds(ctx, businessID)

@@ -134,6 +134,10 @@ type WebhookStore interface {
 	Endpoints(ctx context.Context, businessID string) ([]*Endpoint, error)
 	// EnableEndpoint enables a disabled endpoint.
 	EnableEndpoint(ctx context.Context, businessID, name string) error
+	// DisableEndpoint disables an endpoint, for reason; its deliveries wait,
+	// pending, until it is enabled. Disabling a disabled endpoint keeps its
+	// first reason.
+	DisableEndpoint(ctx context.Context, businessID, name, reason string, at time.Time) error
 
 	// InboundByToken finds an inbound webhook by its token.
 	InboundByToken(ctx context.Context, token string) (*Inbound, error)

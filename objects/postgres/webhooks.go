@@ -341,6 +341,21 @@ func (s *Store) EnableEndpoint(ctx context.Context, businessID, name string) err
 	})
 }
 
+func (s *Store) DisableEndpoint(ctx context.Context, businessID, name, reason string, at time.Time) error {
+	var found bool
+	err := s.pool.QueryRow(ctx, `WITH changed AS (UPDATE webhook_endpoints SET disabled_at = $1, disabled_reason = $2
+			WHERE business_id = $3 AND name = $4 AND disabled_at IS NULL RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE business_id = $3 AND name = $4)`,
+		at, reason, businessID, name).Scan(&found)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
+	}
+	return nil
+}
+
 const inboundColumns = "business_id, name, token, secret, created_at, rotated_at"
 
 func scanInbound(row pgx.Row) (*objects.Inbound, error) {

@@ -274,6 +274,22 @@ func (s *Store) EnableEndpoint(ctx context.Context, businessID, name string) err
 	})
 }
 
+func (s *Store) DisableEndpoint(ctx context.Context, businessID, name, reason string, at time.Time) error {
+	return s.do(ctx, func(c *sql.Conn) error {
+		var found int
+		err := c.QueryRowContext(bg, "SELECT count(*) FROM webhook_endpoints WHERE business_id = ? AND name = ?", businessID, name).Scan(&found)
+		if err != nil {
+			return err
+		}
+		if found == 0 {
+			return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
+		}
+		_, err = c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
+			WHERE business_id = ? AND name = ? AND disabled_at IS NULL`, micros(at), reason, businessID, name)
+		return err
+	})
+}
+
 func scanInbound(row scanner) (*objects.Inbound, error) {
 	in := &objects.Inbound{}
 	var created, rotated int64

@@ -284,3 +284,28 @@ func inboundRotate(ctx context.Context, c *cli, args []string) error {
 	fmt.Fprintf(c.stderr, "inbound webhook %s has a new URL; the old one answers 404 from now on\n", pos[0])
 	return nil
 }
+
+func webhookDisable(ctx context.Context, c *cli, args []string) error {
+	fs := flag.NewFlagSet("webhook disable", flag.ContinueOnError)
+	db := dbFlag(fs)
+	business := fs.String("business", "", "business name or id")
+	reason := fs.String("reason", "disabled by an operator", "why, shown by crmd webhook list")
+	pos, err := c.parseArgs(fs, args, "WEBHOOK")
+	if err != nil {
+		return err
+	}
+	eng, b, done, err := businessArg(ctx, c, *db, *business)
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = eng.DisableEndpoint(ctx, b.ID, pos[0], *reason)
+	if errors.Is(err, objects.ErrNotFound) {
+		return fmt.Errorf("business %q has no webhook %s (crmd webhook list shows them)", b.Name, pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stderr, "webhook %s is disabled; its deliveries wait until crmd webhook enable\n", pos[0])
+	return nil
+}
