@@ -43,7 +43,8 @@ func (t *tx) InsertDelivery(ctx context.Context, d *objects.Delivery) error {
 		headers = map[string]string{}
 	}
 	_, err := t.t.Exec(ctx, `INSERT INTO deliveries (id, business_id, message_id, endpoint, url, headers, payload,
-		status, attempts, next_attempt_at, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $9)`,
+		status, attempts, next_attempt_at, created_at, updated_at, held) VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $9,
+		coalesce((SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = $2 AND name = $4), false))`,
 		d.ID, t.business, d.MessageID, d.Endpoint, d.URL, headers, d.Payload, d.NextAttemptAt, d.CreatedAt)
 	if err != nil {
 		return fmt.Errorf("storing a delivery: %w", err)
@@ -190,11 +191,11 @@ func scanDelivery(row pgx.Row, extra ...any) (*objects.Delivery, error) {
 func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) ([]*objects.Delivery, error) {
 	rows, err := s.pool.Query(ctx, `WITH due AS MATERIALIZED (
 			SELECT d.id FROM deliveries d
-			WHERE d.status = 'pending' AND d.next_attempt_at <= $3 AND d.lease_until <= $3
+			WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $3
 			AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
 			ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-		UPDATE deliveries SET lease_owner = $1, lease_until = $2 FROM due
-		WHERE deliveries.id = due.id AND deliveries.status = 'pending' AND deliveries.lease_until <= $3
+		UPDATE deliveries SET lease_owner = $1, next_attempt_at = $2 FROM due
+		WHERE deliveries.id = due.id AND deliveries.status = 'pending' AND deliveries.next_attempt_at <= $3
 		RETURNING `+qualified("deliveries", deliveryColumns)+`,
 			(SELECT secret FROM webhook_endpoints e WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint)`,
 		owner, now.Add(lease), now, limit)
@@ -229,7 +230,9 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 	}
 	return pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
 		tag, err := t.Exec(ctx, `UPDATE deliveries SET status = $1, attempts = attempts + 1, next_attempt_at = $2,
-			last_status = $3, last_error = $4, last_response = $5, updated_at = $6, lease_owner = '', lease_until = '1970-01-01T00:00:00Z'
+			last_status = $3, last_error = $4, last_response = $5, updated_at = $6, lease_owner = '',
+			held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
+				WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), false)
 			WHERE id = $7 AND lease_owner = $8`,
 			status, next, a.Status, a.Error, a.Response, a.At, a.DeliveryID, a.Owner)
 		if err != nil {
@@ -247,21 +250,42 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 		if reason == "" {
 			reason = fmt.Sprintf("every delivery failed for %s", a.FailingFor)
 		}
-		_, err = t.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $1),
+		var disabled bool
+		err = t.QueryRow(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $1),
 			disabled_at = CASE WHEN disabled_at IS NULL AND ($4 OR coalesce(failing_since, $1) <= $5) THEN $1 ELSE disabled_at END,
 			disabled_reason = CASE WHEN disabled_at IS NULL AND ($4 OR coalesce(failing_since, $1) <= $5) THEN $6 ELSE disabled_reason END
-			WHERE business_id = $2 AND name = $3`,
-			a.At, businessID, endpoint, a.Disable != "", a.At.Add(-a.FailingFor), reason)
-		return err
+			WHERE business_id = $2 AND name = $3 RETURNING disabled_at IS NOT NULL`,
+			a.At, businessID, endpoint, a.Disable != "", a.At.Add(-a.FailingFor), reason).Scan(&disabled)
+		if errors.Is(err, pgx.ErrNoRows) || !disabled {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return holdDeliveries(ctx, t, businessID, endpoint)
 	})
 }
 
+// holdDeliveries takes a disabled endpoint's pending deliveries out of
+// what the dispatchers look at. A write that queued one for the endpoint
+// while it was being disabled may leave it unheld; the claim's own check of
+// the endpoint skips it.
+func holdDeliveries(ctx context.Context, t pgx.Tx, businessID, endpoint string) error {
+	_, err := t.Exec(ctx, "UPDATE deliveries SET held = true WHERE business_id = $1 AND endpoint = $2 AND status = 'pending' AND NOT held",
+		businessID, endpoint)
+	return err
+}
+
 func (s *Store) NextDeliveryAt(ctx context.Context) (time.Time, bool, error) {
-	var next *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT min(greatest(d.next_attempt_at, d.lease_until)) FROM deliveries d
-		WHERE d.status = 'pending'
-		AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)`).Scan(&next)
-	if err != nil || next == nil {
+	var next time.Time
+	err := s.pool.QueryRow(ctx, `SELECT d.next_attempt_at FROM deliveries d
+		WHERE d.status = 'pending' AND NOT d.held
+		AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
+		ORDER BY d.next_attempt_at LIMIT 1`).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
 		return time.Time{}, false, err
 	}
 	return next.UTC(), true, nil
@@ -288,7 +312,9 @@ func (s *Store) Deliveries(ctx context.Context, businessID, status string, limit
 func (s *Store) ReplayDelivery(ctx context.Context, businessID, id string, now time.Time) error {
 	return pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
 		tag, err := t.Exec(ctx, `UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = $1, lease_owner = '',
-			lease_until = '1970-01-01T00:00:00Z', updated_at = $1 WHERE business_id = $2 AND id = $3`, now, businessID, id)
+			updated_at = $1, held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
+				WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), false)
+			WHERE business_id = $2 AND id = $3`, now, businessID, id)
 		if err != nil {
 			return err
 		}
@@ -336,24 +362,33 @@ func (s *Store) EnableEndpoint(ctx context.Context, businessID, name string) err
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
 		}
+		if _, err := t.Exec(ctx, "UPDATE deliveries SET held = false WHERE business_id = $1 AND endpoint = $2 AND status = 'pending' AND held",
+			businessID, name); err != nil {
+			return err
+		}
 		_, err = t.Exec(ctx, "SELECT pg_notify($1, '')", deliveriesChannel)
 		return err
 	})
 }
 
 func (s *Store) DisableEndpoint(ctx context.Context, businessID, name, reason string, at time.Time) error {
-	var found bool
-	err := s.pool.QueryRow(ctx, `WITH changed AS (UPDATE webhook_endpoints SET disabled_at = $1, disabled_reason = $2
-			WHERE business_id = $3 AND name = $4 AND disabled_at IS NULL RETURNING 1)
-		SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE business_id = $3 AND name = $4)`,
-		at, reason, businessID, name).Scan(&found)
-	if err != nil {
-		return err
-	}
-	if !found {
-		return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
-	}
-	return nil
+	return pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
+		// Locking the row first makes a second disable keep the first reason.
+		var disabled bool
+		err := t.QueryRow(ctx, "SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = $1 AND name = $2 FOR UPDATE",
+			businessID, name).Scan(&disabled)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
+		}
+		if err != nil || disabled {
+			return err
+		}
+		if _, err := t.Exec(ctx, "UPDATE webhook_endpoints SET disabled_at = $1, disabled_reason = $2 WHERE business_id = $3 AND name = $4",
+			at, reason, businessID, name); err != nil {
+			return err
+		}
+		return holdDeliveries(ctx, t, businessID, name)
+	})
 }
 
 const inboundColumns = "business_id, name, token, secret, created_at, rotated_at"

@@ -38,9 +38,10 @@ func (t *tx) InsertDelivery(ctx context.Context, d *objects.Delivery) error {
 		return err
 	}
 	_, err = t.s.conn.ExecContext(bg, `INSERT INTO deliveries (id, business_id, message_id, endpoint, url, headers, payload,
-		status, attempts, next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)`,
+		status, attempts, next_attempt_at, created_at, updated_at, held) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?,
+		coalesce((SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = ? AND name = ?), 0))`,
 		d.ID, t.business, d.MessageID, d.Endpoint, d.URL, string(headers), d.Payload,
-		micros(d.NextAttemptAt), micros(d.CreatedAt), micros(d.CreatedAt))
+		micros(d.NextAttemptAt), micros(d.CreatedAt), micros(d.CreatedAt), t.business, d.Endpoint)
 	if err != nil {
 		return fmt.Errorf("storing a delivery: %w", err)
 	}
@@ -128,13 +129,14 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time
 	var out []*objects.Delivery
 	err := s.do(ctx, func(c *sql.Conn) error {
 		out = out[:0]
-		rows, err := c.QueryContext(bg, `UPDATE deliveries SET lease_owner = ?, lease_until = ?
-			WHERE id IN (SELECT d.id FROM deliveries d JOIN webhook_endpoints e ON e.business_id = d.business_id AND e.name = d.endpoint
-				WHERE d.status = 'pending' AND d.next_attempt_at <= ? AND d.lease_until <= ? AND e.disabled_at IS NULL
+		rows, err := c.QueryContext(bg, `UPDATE deliveries SET lease_owner = ?, next_attempt_at = ?
+			WHERE id IN (SELECT d.id FROM deliveries d INDEXED BY deliveries_due
+				WHERE d.status = 'pending' AND d.held = 0 AND d.next_attempt_at <= ?
+				AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
 				ORDER BY d.next_attempt_at LIMIT ?)
 			RETURNING `+deliveryColumns+`,
 				(SELECT secret FROM webhook_endpoints e WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint)`,
-			owner, micros(now.Add(lease)), micros(now), micros(now), limit)
+			owner, micros(now.Add(lease)), micros(now), limit)
 		if err != nil {
 			return err
 		}
@@ -166,7 +168,9 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 	}
 	return s.do(ctx, func(c *sql.Conn) error {
 		res, err := c.ExecContext(bg, `UPDATE deliveries SET status = ?, attempts = attempts + 1, next_attempt_at = ?,
-			last_status = ?, last_error = ?, last_response = ?, updated_at = ?, lease_owner = '', lease_until = 0
+			last_status = ?, last_error = ?, last_response = ?, updated_at = ?, lease_owner = '',
+			held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
+				WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), 0)
 			WHERE id = ? AND lease_owner = ?`,
 			status, micros(a.Next), a.Status, a.Error, a.Response, micros(a.At), a.DeliveryID, a.Owner)
 		if err != nil {
@@ -187,18 +191,36 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 		if reason == "" {
 			reason = fmt.Sprintf("every delivery failed for %s", a.FailingFor)
 		}
-		_, err = c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
+		res, err = c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
 			WHERE business_id = ? AND name = ? AND disabled_at IS NULL AND (? OR failing_since <= ?)`,
 			micros(a.At), reason, businessID, endpoint, a.Disable != "", micros(a.At.Add(-a.FailingFor)))
-		return err
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return holdDeliveries(c, businessID, endpoint)
+		}
+		return nil
 	})
+}
+
+// holdDeliveries takes a disabled endpoint's pending deliveries out of
+// what the dispatcher looks at.
+func holdDeliveries(c *sql.Conn, businessID, endpoint string) error {
+	_, err := c.ExecContext(bg, "UPDATE deliveries SET held = 1 WHERE business_id = ? AND endpoint = ? AND status = 'pending' AND held = 0",
+		businessID, endpoint)
+	return err
 }
 
 func (s *Store) NextDeliveryAt(ctx context.Context) (time.Time, bool, error) {
 	var next sql.NullInt64
-	err := s.read.QueryRowContext(context.WithoutCancel(ctx), `SELECT min(max(d.next_attempt_at, d.lease_until)) FROM deliveries d
-		JOIN webhook_endpoints e ON e.business_id = d.business_id AND e.name = d.endpoint
-		WHERE d.status = 'pending' AND e.disabled_at IS NULL`).Scan(&next)
+	err := s.read.QueryRowContext(context.WithoutCancel(ctx), `SELECT d.next_attempt_at FROM deliveries d INDEXED BY deliveries_due
+		WHERE d.status = 'pending' AND d.held = 0
+		AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
+		ORDER BY d.next_attempt_at LIMIT 1`).Scan(&next)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
 	if err != nil || !next.Valid {
 		return time.Time{}, false, err
 	}
@@ -226,7 +248,9 @@ func (s *Store) Deliveries(ctx context.Context, businessID, status string, limit
 func (s *Store) ReplayDelivery(ctx context.Context, businessID, id string, now time.Time) error {
 	return s.do(ctx, func(c *sql.Conn) error {
 		res, err := c.ExecContext(bg, `UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?, lease_owner = '',
-			lease_until = 0, updated_at = ? WHERE business_id = ? AND id = ?`, micros(now), micros(now), businessID, id)
+			updated_at = ?, held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
+				WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), 0)
+			WHERE business_id = ? AND id = ?`, micros(now), micros(now), businessID, id)
 		if err != nil {
 			return err
 		}
@@ -269,6 +293,10 @@ func (s *Store) EnableEndpoint(ctx context.Context, businessID, name string) err
 		if n, _ := res.RowsAffected(); n == 0 {
 			return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
 		}
+		if _, err := c.ExecContext(bg, "UPDATE deliveries SET held = 0 WHERE business_id = ? AND endpoint = ? AND status = 'pending' AND held = 1",
+			businessID, name); err != nil {
+			return err
+		}
 		s.deliveriesAdded.Store(true)
 		return nil
 	})
@@ -284,9 +312,11 @@ func (s *Store) DisableEndpoint(ctx context.Context, businessID, name, reason st
 		if found == 0 {
 			return fmt.Errorf("webhook %s: %w", name, objects.ErrNotFound)
 		}
-		_, err = c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
-			WHERE business_id = ? AND name = ? AND disabled_at IS NULL`, micros(at), reason, businessID, name)
-		return err
+		if _, err = c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
+			WHERE business_id = ? AND name = ? AND disabled_at IS NULL`, micros(at), reason, businessID, name); err != nil {
+			return err
+		}
+		return holdDeliveries(c, businessID, name)
 	})
 }
 

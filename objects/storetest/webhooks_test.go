@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -88,6 +89,85 @@ func TestClaimDeliveries(t *testing.T) {
 		}
 		if ds, err := s.ClaimDeliveries(context.Background(), "late", time.Now().Add(2*time.Hour), time.Hour, n); err != nil || len(ds) != n {
 			t.Errorf("claim after the leases: %d deliveries, want %d, %v", len(ds), n, err)
+		}
+	})
+}
+
+// TestHeldDeliveries: a disabled endpoint's deliveries are neither due nor
+// claimed, also those queued while it is disabled, and enabling it makes
+// them due again; a leased delivery is due again when its lease ends, not
+// before.
+func TestHeldDeliveries(t *testing.T) {
+	Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := context.Background()
+		s := Open(t, kind)
+		biz := newBusiness(t, s, "Acme")
+		queueDeliveries(t, s, biz.ID, 2)
+		due := func() (time.Time, bool) {
+			t.Helper()
+			next, ok, err := s.NextDeliveryAt(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return next, ok
+		}
+		claim := func(at time.Time) int {
+			t.Helper()
+			ds, err := s.ClaimDeliveries(ctx, "me", at, time.Minute, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ds)
+		}
+
+		if err := s.DisableEndpoint(ctx, biz.ID, "hook", "maintenance", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		queueDeliveries(t, s, biz.ID, 1) // queued while disabled
+		if _, ok := due(); ok {
+			t.Error("a disabled endpoint's deliveries are due")
+		}
+		if n := claim(time.Now()); n != 0 {
+			t.Errorf("claimed %d deliveries of a disabled endpoint", n)
+		}
+		eps, err := s.Endpoints(ctx, biz.ID)
+		if err != nil || len(eps) != 1 || !eps[0].Disabled || eps[0].DisabledReason != "maintenance" {
+			t.Fatalf("endpoints after disable: %+v, %v", eps, err)
+		}
+		if err := s.DisableEndpoint(ctx, biz.ID, "hook", "again", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if eps, _ := s.Endpoints(ctx, biz.ID); eps[0].DisabledReason != "maintenance" {
+			t.Errorf("a second disable changed the reason to %q", eps[0].DisabledReason)
+		}
+
+		if err := s.EnableEndpoint(ctx, biz.ID, "hook"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := due(); !ok {
+			t.Error("nothing due after enabling")
+		}
+		start := time.Now()
+		if n := claim(start); n != 3 {
+			t.Fatalf("claimed %d deliveries after enabling, want 3", n)
+		}
+		// Leased for a minute: due when the lease ends.
+		next, ok := due()
+		if !ok || next.Before(start.Add(time.Minute-time.Millisecond)) {
+			t.Errorf("leased deliveries due at %v (%v), want at the lease's end %v", next, ok, start.Add(time.Minute))
+		}
+		if n := claim(start.Add(2 * time.Minute)); n != 3 {
+			t.Errorf("claimed %d deliveries after their leases ended, want 3", n)
+		}
+
+		for _, err := range []error{
+			s.DisableEndpoint(ctx, biz.ID, "nosuch", "", time.Now()),
+			s.EnableEndpoint(ctx, biz.ID, "nosuch"),
+		} {
+			if !errors.Is(err, objects.ErrNotFound) {
+				t.Errorf("an unknown endpoint: %v, want ErrNotFound", err)
+			}
 		}
 	})
 }
