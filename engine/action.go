@@ -119,7 +119,7 @@ func (r *Run) Deliver(endpoint, url string, headers map[string]string, body []by
 	if r.t.trace != nil {
 		r.t.trace.Webhooks = append(r.t.trace.Webhooks, endpoint)
 	}
-	return r.t.deliver(endpoint, url, headers, body)
+	return r.t.deliver(endpoint, url, headers, "", body)
 }
 
 // RunFlow runs a flow with the same record and environment.

@@ -50,22 +50,23 @@ func (t *txn) emit(obj *objects.Object, op Op, rec, old *objects.Record, env *ru
 		return err
 	}
 	for _, s := range matched {
-		if err := t.deliver(s.Name, s.URL, s.Headers, ev.Payload); err != nil {
+		if err := t.deliver(s.Name, s.URL, s.Headers, ev.ID, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// deliver queues one delivery, due now. Its webhook-id is its own: one
-// message to one endpoint, the same on every attempt.
-func (t *txn) deliver(endpoint, url string, headers map[string]string, body []byte) error {
+// deliver queues one delivery, due now, of the event eventID or of body.
+// Its webhook-id is its own: one message to one endpoint, the same on
+// every attempt.
+func (t *txn) deliver(endpoint, url string, headers map[string]string, eventID string, body []byte) error {
 	if t.dryRun {
 		return nil
 	}
 	id := objects.NewID()
 	return t.tx.InsertDelivery(t.ctx, &objects.Delivery{ID: id, MessageID: "msg_" + id, Endpoint: endpoint, URL: url,
-		Headers: headers, Payload: body, NextAttemptAt: t.now, CreatedAt: t.now})
+		Headers: headers, EventID: eventID, Payload: body, NextAttemptAt: t.now, CreatedAt: t.now})
 }
 
 // eventPayload is the JSON an event's deliveries send:

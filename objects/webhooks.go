@@ -39,13 +39,17 @@ const (
 
 // A Delivery is one message to one endpoint and the story of its attempts.
 type Delivery struct {
-	ID            string
-	BusinessID    string
-	MessageID     string // webhook-id: the event's id, or the action's message id
-	Endpoint      string
-	URL           string
-	Headers       map[string]string
-	Payload       []byte
+	ID         string
+	BusinessID string
+	MessageID  string // webhook-id: the event's id, or the action's message id
+	Endpoint   string
+	URL        string
+	Headers    map[string]string
+	// EventID is the event whose payload the delivery sends; the store
+	// keeps the payload once, with the event. A webhook action's message
+	// has no event, and the delivery keeps its Payload.
+	EventID       string
+	Payload       []byte // filled in by ClaimDeliveries from the event when EventID is set
 	Status        string
 	Attempts      int
 	NextAttemptAt time.Time

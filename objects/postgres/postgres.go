@@ -41,6 +41,12 @@ type Store struct {
 	wake       chan struct{}
 	stopListen context.CancelFunc
 	listening  sync.WaitGroup
+
+	// The NOTIFY of committed deliveries, sent after the commit by one
+	// goroutine, requests coalescing while one is sent (see notifyLoop).
+	notify     chan struct{}
+	stopNotify context.CancelFunc
+	notifying  sync.WaitGroup
 }
 
 var _ objects.Store = (*Store)(nil)
@@ -66,11 +72,14 @@ func Open(ctx context.Context, url string, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
-	s := &Store{pool: pool, log: log, wake: make(chan struct{}, 1), stopListen: func() {}}
+	s := &Store{pool: pool, log: log, wake: make(chan struct{}, 1), stopListen: func() {}, notify: make(chan struct{}, 1)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("migrating: %w", err)
 	}
+	nctx, cancel := context.WithCancel(context.Background())
+	s.stopNotify = cancel
+	s.notifying.Go(func() { s.notifyLoop(nctx) })
 	return s, nil
 }
 
@@ -79,6 +88,8 @@ func (s *Store) Close() error {
 	s.listen.Do(func() {}) // no listener starts after Close
 	s.stopListen()
 	s.listening.Wait()
+	s.stopNotify()
+	s.notifying.Wait()
 	s.pool.Close()
 	return nil
 }
@@ -129,22 +140,21 @@ func (s *Store) migrate(ctx context.Context) error {
 // a few times: fn must be safe to run again.
 func (s *Store) Write(ctx context.Context, businessID string, fn func(objects.Tx) error) error {
 	for attempt := 1; ; attempt++ {
+		deliveries := false
 		err := pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
 			x := &tx{t: t, business: businessID}
 			if err := fn(x); err != nil {
 				return err
 			}
-			if x.deliveries {
-				// Delivered to every listening crmd process when, and
-				// only if, the transaction commits.
-				_, err := t.Exec(ctx, "SELECT pg_notify($1, '')", deliveriesChannel)
-				return err
-			}
-			return nil
+			deliveries = x.deliveries
+			return x.flush(ctx)
 		})
 		if attempt < 4 && retryable(err) {
 			time.Sleep(time.Duration(attempt) * 5 * time.Millisecond)
 			continue
+		}
+		if err == nil && deliveries {
+			s.deliveriesCommitted()
 		}
 		return err
 	}
@@ -235,6 +245,21 @@ type tx struct {
 	t          pgx.Tx
 	business   string
 	deliveries bool // added deliveries: notify the dispatchers
+	// outbox holds the inserts of events and deliveries, sent together in
+	// one round trip before the commit: nothing in the transaction reads
+	// them back.
+	outbox pgx.Batch
+}
+
+// flush sends the queued outbox inserts.
+func (t *tx) flush(ctx context.Context) error {
+	if t.outbox.Len() == 0 {
+		return nil
+	}
+	if err := t.t.SendBatch(ctx, &t.outbox).Close(); err != nil {
+		return fmt.Errorf("storing events and deliveries: %w", err)
+	}
+	return nil
 }
 
 func (t *tx) Get(ctx context.Context, object, id string) (*objects.Record, error) {

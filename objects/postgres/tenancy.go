@@ -13,7 +13,13 @@ import (
 
 // CreateBusiness stores a new business.
 func (s *Store) CreateBusiness(ctx context.Context, b *objects.Business) error {
-	_, err := s.pool.Exec(ctx, "INSERT INTO businesses (id, name, created_at) VALUES ($1, $2, $3)", b.ID, b.Name, b.CreatedAt)
+	err := pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
+		if _, err := t.Exec(ctx, "INSERT INTO businesses (id, name, created_at) VALUES ($1, $2, $3)", b.ID, b.Name, b.CreatedAt); err != nil {
+			return err
+		}
+		_, err := t.Exec(ctx, "CREATE SEQUENCE "+eventSeq(b.ID))
+		return err
+	})
 	if isUniqueViolation(err) {
 		return fmt.Errorf("business %q: %w", b.Name, objects.ErrConflict)
 	}

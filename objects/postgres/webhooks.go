@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,10 +17,16 @@ import (
 // deliveries sends when it commits.
 const deliveriesChannel = "crmd_deliveries"
 
+// eventSeq is the name of the sequence that numbers a business's events
+// (migration 0004 says why a sequence). Business ids are lowercase letters
+// and digits; quoting keeps the name whatever they are.
+func eventSeq(businessID string) string {
+	return pgx.Identifier{"event_seq_" + businessID}.Sanitize()
+}
+
 func (t *tx) NextEventSeq(ctx context.Context) (int64, error) {
 	var seq int64
-	err := t.t.QueryRow(ctx, `INSERT INTO event_seqs VALUES ($1, 1)
-		ON CONFLICT (business_id) DO UPDATE SET seq = event_seqs.seq + 1 RETURNING seq`, t.business).Scan(&seq)
+	err := t.t.QueryRow(ctx, "SELECT nextval($1::regclass)", eventSeq(t.business)).Scan(&seq)
 	if err != nil {
 		return 0, fmt.Errorf("numbering an event: %w", err)
 	}
@@ -29,11 +34,8 @@ func (t *tx) NextEventSeq(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) InsertEvent(ctx context.Context, e *objects.Event) error {
-	_, err := t.t.Exec(ctx, "INSERT INTO events VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+	t.outbox.Queue("INSERT INTO events VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
 		t.business, e.ID, e.Seq, e.Type, e.Object, e.RecordID, e.OccurredAt, e.Payload)
-	if err != nil {
-		return fmt.Errorf("storing an event: %w", err)
-	}
 	return nil
 }
 
@@ -42,13 +44,15 @@ func (t *tx) InsertDelivery(ctx context.Context, d *objects.Delivery) error {
 	if headers == nil {
 		headers = map[string]string{}
 	}
-	_, err := t.t.Exec(ctx, `INSERT INTO deliveries (id, business_id, message_id, endpoint, url, headers, payload,
-		status, attempts, next_attempt_at, created_at, updated_at, held) VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $9,
-		coalesce((SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = $2 AND name = $4), false))`,
-		d.ID, t.business, d.MessageID, d.Endpoint, d.URL, headers, d.Payload, d.NextAttemptAt, d.CreatedAt)
-	if err != nil {
-		return fmt.Errorf("storing a delivery: %w", err)
+	var event *string
+	payload := d.Payload
+	if d.EventID != "" {
+		event, payload = &d.EventID, nil
 	}
+	t.outbox.Queue(`INSERT INTO deliveries (id, business_id, message_id, endpoint, url, headers, event_id, payload,
+		status, attempts, next_attempt_at, created_at, updated_at, held) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, $10, $10,
+		coalesce((SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = $2 AND name = $4), false))`,
+		d.ID, t.business, d.MessageID, d.Endpoint, d.URL, headers, event, payload, d.NextAttemptAt, d.CreatedAt)
 	t.deliveries = true
 	return nil
 }
@@ -117,6 +121,36 @@ func (s *Store) DeliveryWakeups() <-chan struct{} {
 	return s.wake
 }
 
+// deliveriesCommitted wakes this process's dispatcher and, through
+// notifyLoop, every other process's.
+func (s *Store) deliveriesCommitted() {
+	s.signal()
+	select {
+	case s.notify <- struct{}{}:
+	default: // one is queued already
+	}
+}
+
+// notifyLoop sends a NOTIFY for each request, until ctx ends; requests
+// made while one is sent are answered by one more. The NOTIFY is not sent
+// in the writes' transactions: PostgreSQL serializes the commits of
+// transactions that notify (a lock on the notification queue, held until
+// the commit is flushed), which made a business's writes commit one at a
+// time. A wake-up lost to a crash in between is made up for by every
+// dispatcher's poll.
+func (s *Store) notifyLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.notify:
+			if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, '')", deliveriesChannel); err != nil && ctx.Err() == nil {
+				s.log.Warn("notifying of deliveries", "err", err)
+			}
+		}
+	}
+}
+
 func (s *Store) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -159,21 +193,17 @@ func (s *Store) listenLoop(ctx context.Context) {
 	}
 }
 
-const deliveryColumns = `id, business_id, message_id, endpoint, url, headers, payload, status, attempts, next_attempt_at,
-	last_status, last_error, last_response, created_at, updated_at`
-
-// qualified prefixes each of a list of columns with table.
-func qualified(table, columns string) string {
-	cols := strings.Split(columns, ",")
-	for i, c := range cols {
-		cols[i] = table + "." + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}
+// deliveryColumns are a delivery's columns, with its payload: its event's,
+// when it has one.
+const deliveryColumns = `deliveries.id, deliveries.business_id, deliveries.message_id, deliveries.endpoint, deliveries.url,
+	deliveries.headers, coalesce(deliveries.event_id, ''), coalesce(deliveries.payload, (SELECT ev.payload FROM events ev
+		WHERE ev.business_id = deliveries.business_id AND ev.id = deliveries.event_id)),
+	deliveries.status, deliveries.attempts, deliveries.next_attempt_at, deliveries.last_status, deliveries.last_error,
+	deliveries.last_response, deliveries.created_at, deliveries.updated_at`
 
 func scanDelivery(row pgx.Row, extra ...any) (*objects.Delivery, error) {
 	d := &objects.Delivery{}
-	dest := append([]any{&d.ID, &d.BusinessID, &d.MessageID, &d.Endpoint, &d.URL, &d.Headers, &d.Payload, &d.Status, &d.Attempts, &d.NextAttemptAt,
+	dest := append([]any{&d.ID, &d.BusinessID, &d.MessageID, &d.Endpoint, &d.URL, &d.Headers, &d.EventID, &d.Payload, &d.Status, &d.Attempts, &d.NextAttemptAt,
 		&d.LastStatus, &d.LastError, &d.LastResponse, &d.CreatedAt, &d.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
@@ -196,7 +226,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time
 			ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
 		UPDATE deliveries SET lease_owner = $1, next_attempt_at = $2 FROM due
 		WHERE deliveries.id = due.id AND deliveries.status = 'pending' AND deliveries.next_attempt_at <= $3
-		RETURNING `+qualified("deliveries", deliveryColumns)+`,
+		RETURNING `+deliveryColumns+`,
 			(SELECT secret FROM webhook_endpoints e WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint)`,
 		owner, now.Add(lease), now, limit)
 	if err != nil {

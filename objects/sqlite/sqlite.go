@@ -66,7 +66,7 @@ func Open(ctx context.Context, path string, log *slog.Logger) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_busy_timeout=" + fmt.Sprint(busyTimeout.Milliseconds()) +
-		"&_pragma=cache_size(-16000)"
+		"&_pragma=cache_size(-16000)&_pragma=temp_store(memory)"
 	write, err := sql.Open("sqlite", base+"&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=on")
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)

@@ -15,8 +15,7 @@ import (
 
 func (t *tx) NextEventSeq(ctx context.Context) (int64, error) {
 	var seq int64
-	err := t.s.conn.QueryRowContext(bg, `INSERT INTO event_seqs VALUES (?, 1)
-		ON CONFLICT (business_id) DO UPDATE SET seq = seq + 1 RETURNING seq`, t.business).Scan(&seq)
+	err := t.s.stmts.nextSeq.QueryRowContext(bg, t.business).Scan(&seq)
 	if err != nil {
 		return 0, fmt.Errorf("numbering an event: %w", err)
 	}
@@ -24,8 +23,7 @@ func (t *tx) NextEventSeq(ctx context.Context) (int64, error) {
 }
 
 func (t *tx) InsertEvent(ctx context.Context, e *objects.Event) error {
-	_, err := t.s.conn.ExecContext(bg, "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-		t.business, e.ID, e.Seq, e.Type, e.Object, e.RecordID, micros(e.OccurredAt), e.Payload)
+	_, err := t.s.stmts.insertEvent.ExecContext(bg, t.business, e.ID, e.Seq, e.Type, e.Object, e.RecordID, micros(e.OccurredAt), e.Payload)
 	if err != nil {
 		return fmt.Errorf("storing an event: %w", err)
 	}
@@ -37,10 +35,13 @@ func (t *tx) InsertDelivery(ctx context.Context, d *objects.Delivery) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.s.conn.ExecContext(bg, `INSERT INTO deliveries (id, business_id, message_id, endpoint, url, headers, payload,
-		status, attempts, next_attempt_at, created_at, updated_at, held) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?,
-		coalesce((SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = ? AND name = ?), 0))`,
-		d.ID, t.business, d.MessageID, d.Endpoint, d.URL, string(headers), d.Payload,
+	var event, payload any // NULL unless set
+	if d.EventID != "" {
+		event = d.EventID
+	} else {
+		payload = d.Payload
+	}
+	_, err = t.s.stmts.insertDelivery.ExecContext(bg, d.ID, t.business, d.MessageID, d.Endpoint, d.URL, string(headers), event, payload,
 		micros(d.NextAttemptAt), micros(d.CreatedAt), micros(d.CreatedAt), t.business, d.Endpoint)
 	if err != nil {
 		return fmt.Errorf("storing a delivery: %w", err)
@@ -106,14 +107,17 @@ func (s *Store) wakeDispatcher() {
 
 func (s *Store) DeliveryWakeups() <-chan struct{} { return s.wake }
 
-const deliveryColumns = `id, business_id, message_id, endpoint, url, headers, payload, status, attempts, next_attempt_at,
-	last_status, last_error, last_response, created_at, updated_at`
+// deliveryColumns are a delivery's columns, with its payload: its event's,
+// when it has one.
+const deliveryColumns = `id, business_id, message_id, endpoint, url, headers, coalesce(event_id, ''),
+	coalesce(payload, (SELECT ev.payload FROM events ev WHERE ev.business_id = deliveries.business_id AND ev.id = deliveries.event_id)),
+	status, attempts, next_attempt_at, last_status, last_error, last_response, created_at, updated_at`
 
 func scanDelivery(row scanner, extra ...any) (*objects.Delivery, error) {
 	d := &objects.Delivery{}
 	var headers string
 	var next, created, updated int64
-	dest := append([]any{&d.ID, &d.BusinessID, &d.MessageID, &d.Endpoint, &d.URL, &headers, &d.Payload, &d.Status, &d.Attempts, &next,
+	dest := append([]any{&d.ID, &d.BusinessID, &d.MessageID, &d.Endpoint, &d.URL, &headers, &d.EventID, &d.Payload, &d.Status, &d.Attempts, &next,
 		&d.LastStatus, &d.LastError, &d.LastResponse, &created, &updated}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err

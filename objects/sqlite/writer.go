@@ -145,6 +145,8 @@ type writeStmts struct {
 	savepoint, release, rollbackTo *sql.Stmt
 	get, exists, insert, update    *sql.Stmt
 	delete                         *sql.Stmt
+	// The outbox: an event and its deliveries, in the write's transaction.
+	nextSeq, insertEvent, insertDelivery *sql.Stmt
 }
 
 func (w *writeStmts) prepare(ctx context.Context, c *sql.Conn) error {
@@ -157,11 +159,16 @@ func (w *writeStmts) prepare(ctx context.Context, c *sql.Conn) error {
 		{&w.insert, "INSERT INTO records (business_id, object, id, data, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)"},
 		{&w.update, "UPDATE records SET data = ?, updated_at = ? WHERE business_id = ? AND object = ? AND id = ?"},
 		{&w.delete, "DELETE FROM records WHERE business_id = ? AND object = ? AND id = ?"},
+		{&w.nextSeq, "INSERT INTO event_seqs VALUES (?, 1) ON CONFLICT (business_id) DO UPDATE SET seq = seq + 1 RETURNING seq"},
+		{&w.insertEvent, "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)"},
+		{&w.insertDelivery, `INSERT INTO deliveries (id, business_id, message_id, endpoint, url, headers, event_id, payload,
+			status, attempts, next_attempt_at, created_at, updated_at, held) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?,
+			coalesce((SELECT disabled_at IS NOT NULL FROM webhook_endpoints WHERE business_id = ? AND name = ?), 0))`},
 	})
 }
 
 func (w *writeStmts) close() {
-	closeAll(w.savepoint, w.release, w.rollbackTo, w.get, w.exists, w.insert, w.update, w.delete)
+	closeAll(w.savepoint, w.release, w.rollbackTo, w.get, w.exists, w.insert, w.update, w.delete, w.nextSeq, w.insertEvent, w.insertDelivery)
 }
 
 // readStmts are the statements of the hot read paths, prepared once on the
