@@ -9,7 +9,18 @@
 //   - update: PATCH random records with a changing status;
 //   - list: GET the first page of 100 records;
 //   - deep-list: GET a page of 100 records at --deep-offset, after topping
-//     the object up, untimed, to --records records.
+//     the object up, untimed, to --records records;
+//   - inbound (not run unless asked for): POST contact forms, each with a
+//     unique email, to the inbound webhook at --inbound;
+//   - deliveries (not run unless asked for, needs --receiver): send nothing,
+//     wait for a stream of deliveries (a backlog that goes out when an
+//     operator enables a disabled webhook) and time it from the first to
+//     the last.
+//
+// With --receiver it also runs a webhook receiver, for a subscription to
+// point at, and reports for each phase the deliveries that arrived (until
+// none has for --settle after the phase), their rate from the phase's
+// start to the last one, and their lag behind their events' occurred_at.
 //
 // For each phase it prints the requests, errors, requests per second and
 // the exact p50, p99 and maximum latency, then the server's peak resident
@@ -61,6 +72,10 @@ type config struct {
 	deepOffset int
 	pid        int
 	json       bool
+	rate       float64
+	receiver   string
+	settle     time.Duration
+	inbound    string
 }
 
 // run runs the bench and returns the exit status: 0 when every request
@@ -81,6 +96,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "crmd-bench: %v\n", err)
 		return 2
+	}
+	if cfg.receiver != "" {
+		if b.recv, err = startReceiver(cfg.receiver); err != nil {
+			fmt.Fprintf(stderr, "crmd-bench: %v\n", err)
+			return 2
+		}
+		defer b.recv.close()
 	}
 	results, runErr := b.runPhases(ctx)
 	if len(results) > 0 {
@@ -128,6 +150,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.deepOffset, "deep-offset", 90000, "offset of the deep-list page")
 	fs.IntVar(&cfg.pid, "pid", 0, "pid of the server, to report its peak RSS")
 	fs.BoolVar(&cfg.json, "json", false, "print results as JSON instead of a table")
+	fs.Float64Var(&cfg.rate, "rate", 0, "if set, the requests a second all clients send together, at most (default: as fast as answers come)")
+	fs.StringVar(&cfg.receiver, "receiver", "", "if set, run a webhook receiver on this address (such as 127.0.0.1:18190) and report, per phase, the deliveries it got, their rate and their lag behind their events")
+	fs.DurationVar(&cfg.settle, "settle", 2*time.Second, "with --receiver: after a phase, wait until no delivery arrived for this long")
+	fs.StringVar(&cfg.inbound, "inbound", "", "path of an inbound webhook URL (/api/in/TOKEN) for the inbound phase, which posts contact forms to it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -137,8 +163,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	cfg.url = strings.TrimRight(cfg.url, "/")
 	cfg.phases = strings.Split(*phases, ",")
 	for _, p := range cfg.phases {
-		if !slices.Contains(phaseNames, p) {
-			return cfg, fmt.Errorf("unknown phase %q; phases are %s", p, strings.Join(phaseNames, ","))
+		if !slices.Contains(phaseNames, p) && !slices.Contains(extraPhases, p) {
+			return cfg, fmt.Errorf("unknown phase %q; phases are %s", p, strings.Join(slices.Concat(phaseNames, extraPhases), ","))
 		}
 	}
 	switch {
@@ -150,6 +176,14 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--duration must be positive")
 	case cfg.records < 0 || cfg.deepOffset < 0:
 		return cfg, errors.New("--records and --deep-offset must not be negative")
+	case slices.Contains(cfg.phases, "deliveries") && cfg.receiver == "":
+		return cfg, errors.New("the deliveries phase needs --receiver")
+	case slices.Contains(cfg.phases, "inbound") && !strings.HasPrefix(cfg.inbound, "/api/in/"):
+		return cfg, errors.New("the inbound phase needs --inbound /api/in/TOKEN")
+	case cfg.rate < 0:
+		return cfg, errors.New("--rate must not be negative")
+	case cfg.settle <= 0:
+		return cfg, errors.New("--settle must be positive")
 	}
 	return cfg, nil
 }
@@ -193,6 +227,15 @@ func writeTable(w io.Writer, cfg config, results []result, rssKiB int64) error {
 	for _, r := range results {
 		fmt.Fprintf(&b, row, r.Phase, strconv.Itoa(r.Requests), strconv.Itoa(r.Errors),
 			fmt.Sprintf("%.1f", r.PerSecond), ms(r.P50), ms(r.P99), ms(r.Max))
+	}
+	if cfg.receiver != "" {
+		const row = "%-10s %10s %12s %13s %13s %13s\n"
+		fmt.Fprintf(&b, "webhook deliveries at %s:\n", cfg.receiver)
+		fmt.Fprintf(&b, row, "phase", "deliveries", "per second", "lag p50 ms", "lag p99 ms", "lag max ms")
+		for _, r := range results {
+			d := r.Webhooks
+			fmt.Fprintf(&b, row, r.Phase, strconv.Itoa(d.Count), fmt.Sprintf("%.1f", d.PerSecond), ms(d.LagP50), ms(d.LagP99), ms(d.LagMax))
+		}
 	}
 	fmt.Fprintf(&b, "server peak RSS %s; %d clients, %s per phase, %s\n", formatRSS(rssKiB), cfg.clients, cfg.duration, cfg.url)
 	_, err := io.WriteString(w, b.String())

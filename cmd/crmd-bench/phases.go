@@ -21,6 +21,9 @@ import (
 // phaseNames are the phases crmd-bench runs, in their default order.
 var phaseNames = []string{"create", "get", "update", "list", "deep-list"}
 
+// extraPhases run only when asked for.
+var extraPhases = []string{"inbound", "deliveries"}
+
 const (
 	// pageSize is the page size of the list and deep-list phases.
 	pageSize = 100
@@ -56,6 +59,7 @@ type result struct {
 	P50       time.Duration
 	P99       time.Duration
 	Max       time.Duration
+	Webhooks  deliveries // with --receiver
 }
 
 // A request is one API call, with the check its 2xx answer must pass beyond
@@ -101,6 +105,8 @@ type bench struct {
 	runID string        // makes the emails of this run unique
 	seq   atomic.Uint64 // numbers the records this run creates
 
+	recv *receiver // with --receiver
+
 	mu  sync.Mutex
 	ids []string // records to get and update
 }
@@ -131,16 +137,53 @@ func (b *bench) runPhases(ctx context.Context) ([]result, error) {
 	}
 	var results []result
 	for _, name := range b.cfg.phases {
+		if name == "deliveries" {
+			results = append(results, b.deliveries(ctx))
+			continue
+		}
 		next, err := b.prepare(ctx, name)
 		if err != nil {
 			return results, fmt.Errorf("preparing %s: %w", name, err)
 		}
 		fmt.Fprintf(b.log, "crmd-bench: %s: running for %s\n", name, b.cfg.duration)
+		if b.recv != nil {
+			b.recv.reset()
+		}
+		start := time.Now()
 		r := b.timed(ctx, name, next)
 		fmt.Fprintf(b.log, "crmd-bench: %s: %d requests, %d errors\n", name, r.Requests, r.Errors)
+		if b.recv != nil {
+			b.recv.settle(b.cfg.settle)
+			r.Webhooks = b.recv.summary(start)
+			if r.Webhooks.Bad > 0 {
+				fmt.Fprintf(b.log, "crmd-bench: %s: %d deliveries were not events\n", name, r.Webhooks.Bad)
+				r.Errors += r.Webhooks.Bad
+			}
+		}
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// deliveries is the phase that sends nothing and receives a stream of
+// deliveries, such as a backlog that goes out when a disabled webhook is
+// enabled: it waits for the first, then takes deliveries until none has
+// arrived for --settle, and reports their rate from the first to the last.
+func (b *bench) deliveries(ctx context.Context) result {
+	fmt.Fprintf(b.log, "crmd-bench: deliveries: waiting for the first\n")
+	b.recv.reset()
+	var first time.Time
+	select {
+	case <-b.recv.arrived:
+		first = time.Now()
+	case <-ctx.Done():
+		return result{Phase: "deliveries"}
+	}
+	b.recv.settle(b.cfg.settle)
+	r := result{Phase: "deliveries", Webhooks: b.recv.summary(first)}
+	r.Errors = r.Webhooks.Bad
+	fmt.Fprintf(b.log, "crmd-bench: deliveries: %d\n", r.Webhooks.Count)
+	return r
 }
 
 // prepare does the untimed work a phase needs and returns the function
@@ -166,6 +209,8 @@ func (b *bench) prepare(ctx context.Context, phase string) (func() request, erro
 		}, nil
 	case "list":
 		return func() request { return b.listRequest(0, pageSize) }, nil
+	case "inbound":
+		return b.inboundRequest, nil
 	case "deep-list":
 		if err := b.topUp(ctx); err != nil {
 			return nil, err
@@ -198,6 +243,25 @@ func (b *bench) createRequest() request {
 			return errors.New("the created record has no id")
 		}
 		b.addIDs(a.ID)
+		return nil
+	}}
+}
+
+// inboundRequest returns a request posting a website's contact form, with a
+// unique email, to the inbound webhook.
+func (b *bench) inboundRequest() request {
+	n := int(b.seq.Add(1))
+	body, _ := json.Marshal(map[string]any{ // strings and a map of them always encode
+		"name":    firstNames[n%len(firstNames)] + " " + lastNames[n/len(firstNames)%len(lastNames)],
+		"email":   fmt.Sprintf("form.%s.%d@example.com", b.runID, n),
+		"phone":   fmt.Sprintf("+44 20 7946 %04d", n%10000),
+		"message": "Please call me about a quote.",
+		"company": map[string]string{"name": cities[n%len(cities)] + " Plumbing"},
+	})
+	return request{method: http.MethodPost, target: b.cfg.inbound, body: body, check: func(a answer) error {
+		if a.ID == "" {
+			return errors.New("the inbound answer has no id")
+		}
 		return nil
 	}}
 }
@@ -383,6 +447,15 @@ func (b *bench) timed(ctx context.Context, phase string, next func() request) re
 func (b *bench) loop(ctx context.Context, phase string, next func() request, more func() bool) ([]time.Duration, int) {
 	lats := make([][]time.Duration, b.cfg.clients)
 	errs := make([]int, b.cfg.clients)
+	// With --rate, request n is sent no earlier than n/rate after the start.
+	var sent atomic.Int64
+	begin := time.Now()
+	pace := func() {
+		if b.cfg.rate > 0 {
+			due := begin.Add(time.Duration(float64(sent.Add(1)-1) / b.cfg.rate * float64(time.Second)))
+			time.Sleep(time.Until(due))
+		}
+	}
 	var wg sync.WaitGroup
 	for c := range b.cfg.clients {
 		wg.Go(func() {
@@ -390,6 +463,7 @@ func (b *bench) loop(ctx context.Context, phase string, next func() request, mor
 			cl.conn = nil
 			defer cl.close()
 			for more() && ctx.Err() == nil {
+				pace()
 				req := next()
 				start := time.Now()
 				_, err := cl.do(req)
