@@ -83,6 +83,16 @@ func (e *Engine) RunDispatcher(ctx context.Context, opts DispatcherOptions) erro
 	freed := make(chan struct{}, 1)
 	sends, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSends()
+	// Outcomes are recorded by one goroutine, as many in one transaction as
+	// have arrived meanwhile: a transaction per delivery held PostgreSQL to
+	// about a thousand deliveries a second. Until recorded, a delivery stays
+	// leased; one whose outcome a crash lost is sent again.
+	results := make(chan objects.Attempt, opts.Workers)
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		e.recordAttempts(context.WithoutCancel(ctx), results)
+	}()
 	var wg sync.WaitGroup
 	defer func() {
 		done := make(chan struct{})
@@ -93,6 +103,8 @@ func (e *Engine) RunDispatcher(ctx context.Context, opts DispatcherOptions) erro
 			cancelSends()
 			<-done
 		}
+		close(results)
+		<-recorded
 	}()
 	prune := time.NewTicker(time.Hour)
 	defer prune.Stop()
@@ -106,7 +118,9 @@ func (e *Engine) RunDispatcher(ctx context.Context, opts DispatcherOptions) erro
 			for _, d := range ds {
 				busy.Add(1)
 				wg.Go(func() {
-					e.attempt(sends, owner, d, &opts)
+					if a, ok := e.attempt(sends, owner, d, &opts); ok {
+						results <- a
+					}
 					busy.Add(-1)
 					select {
 					case freed <- struct{}{}:
@@ -148,14 +162,15 @@ func (e *Engine) RunDispatcher(ctx context.Context, opts DispatcherOptions) erro
 	}
 }
 
-// attempt sends a delivery once and records what happened.
-func (e *Engine) attempt(ctx context.Context, owner string, d *objects.Delivery, opts *DispatcherOptions) {
+// attempt sends a delivery once and returns what happened, or false when
+// the send was cut short by the shutdown.
+func (e *Engine) attempt(ctx context.Context, owner string, d *objects.Delivery, opts *DispatcherOptions) (objects.Attempt, bool) {
 	res := opts.Client.Send(ctx, delivery.Request{URL: d.URL, Headers: d.Headers, MsgID: d.MessageID, Secret: d.Secret, Body: d.Payload})
 	if ctx.Err() != nil {
-		return // shutting down: the lease ends and the delivery is sent again
+		return objects.Attempt{}, false // the lease ends and the delivery is sent again
 	}
-	a := objects.Attempt{DeliveryID: d.ID, Owner: owner, At: now(), OK: res.OK(), Status: res.Status, Error: res.Err,
-		Response: res.Body, FailingFor: opts.FailingFor}
+	a := objects.Attempt{BusinessID: d.BusinessID, Endpoint: d.Endpoint, DeliveryID: d.ID, Owner: owner, At: now(), OK: res.OK(),
+		Status: res.Status, Error: res.Err, Response: res.Body, FailingFor: opts.FailingFor}
 	if a.Response == nil {
 		a.Response = []byte{} // no response: an empty body, not NULL
 	}
@@ -170,7 +185,33 @@ func (e *Engine) attempt(ctx context.Context, owner string, d *objects.Delivery,
 			slog.String("delivery", d.ID), slog.String("webhook", d.Endpoint), slog.Int("attempt", d.Attempts+1),
 			slog.Int("status", res.Status), slog.String("err", res.Err), slog.Bool("retrying", !a.Next.IsZero()))
 	}
-	if err := e.store.RecordAttempt(ctx, d.BusinessID, d.Endpoint, a); err != nil {
-		e.log.LogAttrs(ctx, slog.LevelError, "recording a webhook attempt", slog.String("delivery", d.ID), slog.String("err", err.Error()))
+	return a, true
+}
+
+// maxRecordBatch bounds the outcomes recorded in one transaction.
+const maxRecordBatch = 256
+
+// recordAttempts records the outcomes sent on results, in batches of those
+// waiting, until results is closed.
+func (e *Engine) recordAttempts(ctx context.Context, results <-chan objects.Attempt) {
+	batch := make([]objects.Attempt, 0, maxRecordBatch)
+	for a := range results {
+		batch = append(batch[:0], a)
+	more:
+		for len(batch) < maxRecordBatch {
+			select {
+			case a, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, a)
+			default:
+				break more
+			}
+		}
+		if err := e.store.RecordAttempts(ctx, batch); err != nil {
+			e.log.LogAttrs(ctx, slog.LevelError, "recording webhook attempts; their deliveries are sent again when their leases end",
+				slog.Int("attempts", len(batch)), slog.String("err", err.Error()))
+		}
 	}
 }

@@ -76,6 +76,8 @@ type Endpoint struct {
 // An Attempt is the outcome of one delivery attempt, as the dispatcher
 // records it.
 type Attempt struct {
+	BusinessID string
+	Endpoint   string
 	DeliveryID string
 	Owner      string // the lease holder recording it; ignored if it lost the lease
 	At         time.Time
@@ -117,11 +119,12 @@ type WebhookStore interface {
 	// to owner until the lease ends; a delivery whose lease ended (its owner
 	// died) is due again. Each comes with its endpoint's secret.
 	ClaimDeliveries(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) ([]*Delivery, error)
-	// RecordAttempt records the outcome of an attempt and releases the
-	// lease, and updates the endpoint: it fails since the first of a row of
-	// failures, and is disabled when a.Disable says so or it has failed for
-	// longer than a.FailingFor.
-	RecordAttempt(ctx context.Context, businessID, endpoint string, a Attempt) error
+	// RecordAttempts records the outcomes of attempts, in order and in one
+	// transaction: each releases its delivery's lease (unless its owner lost
+	// it) and updates the endpoint: it fails since the first of a row of
+	// failures, and is disabled when Disable says so or it has failed for
+	// longer than FailingFor.
+	RecordAttempts(ctx context.Context, as []Attempt) error
 	// NextDeliveryAt returns when the next pending delivery is due.
 	NextDeliveryAt(ctx context.Context) (time.Time, bool, error)
 	// DeliveryWakeups signals when a committed write has added deliveries:

@@ -246,7 +246,21 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time
 	return out, rows.Err()
 }
 
-func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, a objects.Attempt) error {
+func (s *Store) RecordAttempts(ctx context.Context, as []objects.Attempt) error {
+	var b pgx.Batch
+	for _, a := range as {
+		queueAttempt(&b, a)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
+		if err := t.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("recording attempts: %w", err)
+		}
+		return nil
+	})
+}
+
+// queueAttempt queues the statements that record an attempt.
+func queueAttempt(b *pgx.Batch, a objects.Attempt) {
 	status := objects.DeliveryPending
 	switch {
 	case a.OK:
@@ -258,42 +272,31 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 	if next.IsZero() {
 		next = a.At
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
-		tag, err := t.Exec(ctx, `UPDATE deliveries SET status = $1, attempts = attempts + 1, next_attempt_at = $2,
-			last_status = $3, last_error = $4, last_response = $5, updated_at = $6, lease_owner = '',
-			held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
-				WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), false)
-			WHERE id = $7 AND lease_owner = $8`,
-			status, next, a.Status, a.Error, a.Response, a.At, a.DeliveryID, a.Owner)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // the lease was lost: whoever holds it now records
-		}
-		if a.OK {
-			_, err = t.Exec(ctx, "UPDATE webhook_endpoints SET failing_since = NULL WHERE business_id = $1 AND name = $2 AND failing_since IS NOT NULL",
-				businessID, endpoint)
-			return err
-		}
-		reason := a.Disable
-		if reason == "" {
-			reason = fmt.Sprintf("every delivery failed for %s", a.FailingFor)
-		}
-		var disabled bool
-		err = t.QueryRow(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $1),
-			disabled_at = CASE WHEN disabled_at IS NULL AND ($4 OR coalesce(failing_since, $1) <= $5) THEN $1 ELSE disabled_at END,
-			disabled_reason = CASE WHEN disabled_at IS NULL AND ($4 OR coalesce(failing_since, $1) <= $5) THEN $6 ELSE disabled_reason END
-			WHERE business_id = $2 AND name = $3 RETURNING disabled_at IS NOT NULL`,
-			a.At, businessID, endpoint, a.Disable != "", a.At.Add(-a.FailingFor), reason).Scan(&disabled)
-		if errors.Is(err, pgx.ErrNoRows) || !disabled {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return holdDeliveries(ctx, t, businessID, endpoint)
-	})
+	b.Queue(`UPDATE deliveries SET status = $1, attempts = attempts + 1, next_attempt_at = $2,
+		last_status = $3, last_error = $4, last_response = $5, updated_at = $6, lease_owner = '',
+		held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
+			WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), false)
+		WHERE id = $7 AND lease_owner = $8`,
+		status, next, a.Status, a.Error, a.Response, a.At, a.DeliveryID, a.Owner)
+	// The endpoint's state follows every attempt made, also one whose
+	// lease was lost meanwhile: it did reach the endpoint, or fail to.
+	if a.OK {
+		b.Queue("UPDATE webhook_endpoints SET failing_since = NULL WHERE business_id = $1 AND name = $2 AND failing_since IS NOT NULL",
+			a.BusinessID, a.Endpoint)
+		return
+	}
+	reason := a.Disable
+	if reason == "" {
+		reason = fmt.Sprintf("every delivery failed for %s", a.FailingFor)
+	}
+	b.Queue(`UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $1),
+		disabled_at = CASE WHEN disabled_at IS NULL AND ($4 OR coalesce(failing_since, $1) <= $5) THEN $1 ELSE disabled_at END,
+		disabled_reason = CASE WHEN disabled_at IS NULL AND ($4 OR coalesce(failing_since, $1) <= $5) THEN $6 ELSE disabled_reason END
+		WHERE business_id = $2 AND name = $3`,
+		a.At, a.BusinessID, a.Endpoint, a.Disable != "", a.At.Add(-a.FailingFor), reason)
+	b.Queue(`UPDATE deliveries SET held = true WHERE business_id = $1 AND endpoint = $2 AND status = 'pending' AND NOT held
+		AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = $1 AND e.name = $2 AND e.disabled_at IS NOT NULL)`,
+		a.BusinessID, a.Endpoint)
 }
 
 // holdDeliveries takes a disabled endpoint's pending deliveries out of

@@ -162,7 +162,18 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time
 	return out, nil
 }
 
-func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, a objects.Attempt) error {
+func (s *Store) RecordAttempts(ctx context.Context, as []objects.Attempt) error {
+	return s.do(ctx, func(c *sql.Conn) error {
+		for _, a := range as {
+			if err := recordAttempt(c, a); err != nil {
+				return fmt.Errorf("recording an attempt of delivery %s: %w", a.DeliveryID, err)
+			}
+		}
+		return nil
+	})
+}
+
+func recordAttempt(c *sql.Conn, a objects.Attempt) error {
 	status := objects.DeliveryPending
 	switch {
 	case a.OK:
@@ -170,42 +181,39 @@ func (s *Store) RecordAttempt(ctx context.Context, businessID, endpoint string, 
 	case a.Next.IsZero():
 		status = objects.DeliveryFailed
 	}
-	return s.do(ctx, func(c *sql.Conn) error {
-		res, err := c.ExecContext(bg, `UPDATE deliveries SET status = ?, attempts = attempts + 1, next_attempt_at = ?,
-			last_status = ?, last_error = ?, last_response = ?, updated_at = ?, lease_owner = '',
-			held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
-				WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), 0)
-			WHERE id = ? AND lease_owner = ?`,
-			status, micros(a.Next), a.Status, a.Error, a.Response, micros(a.At), a.DeliveryID, a.Owner)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // the lease was lost: whoever holds it now records
-		}
-		if a.OK {
-			_, err = c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = NULL WHERE business_id = ? AND name = ? AND failing_since IS NOT NULL", businessID, endpoint)
-			return err
-		}
-		if _, err := c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?) WHERE business_id = ? AND name = ?",
-			micros(a.At), businessID, endpoint); err != nil {
-			return err
-		}
-		reason := a.Disable
-		if reason == "" {
-			reason = fmt.Sprintf("every delivery failed for %s", a.FailingFor)
-		}
-		res, err = c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
-			WHERE business_id = ? AND name = ? AND disabled_at IS NULL AND (? OR failing_since <= ?)`,
-			micros(a.At), reason, businessID, endpoint, a.Disable != "", micros(a.At.Add(-a.FailingFor)))
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			return holdDeliveries(c, businessID, endpoint)
-		}
-		return nil
-	})
+	if _, err := c.ExecContext(bg, `UPDATE deliveries SET status = ?, attempts = attempts + 1, next_attempt_at = ?,
+		last_status = ?, last_error = ?, last_response = ?, updated_at = ?, lease_owner = '',
+		held = coalesce((SELECT e.disabled_at IS NOT NULL FROM webhook_endpoints e
+			WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint), 0)
+		WHERE id = ? AND lease_owner = ?`,
+		status, micros(a.Next), a.Status, a.Error, a.Response, micros(a.At), a.DeliveryID, a.Owner); err != nil {
+		return err
+	}
+	// The endpoint's state follows every attempt made, also one whose
+	// lease was lost meanwhile: it did reach the endpoint, or fail to.
+	if a.OK {
+		_, err := c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = NULL WHERE business_id = ? AND name = ? AND failing_since IS NOT NULL",
+			a.BusinessID, a.Endpoint)
+		return err
+	}
+	if _, err := c.ExecContext(bg, "UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?) WHERE business_id = ? AND name = ?",
+		micros(a.At), a.BusinessID, a.Endpoint); err != nil {
+		return err
+	}
+	reason := a.Disable
+	if reason == "" {
+		reason = fmt.Sprintf("every delivery failed for %s", a.FailingFor)
+	}
+	res, err := c.ExecContext(bg, `UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?
+		WHERE business_id = ? AND name = ? AND disabled_at IS NULL AND (? OR failing_since <= ?)`,
+		micros(a.At), reason, a.BusinessID, a.Endpoint, a.Disable != "", micros(a.At.Add(-a.FailingFor)))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return holdDeliveries(c, a.BusinessID, a.Endpoint)
+	}
+	return nil
 }
 
 // holdDeliveries takes a disabled endpoint's pending deliveries out of

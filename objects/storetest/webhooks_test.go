@@ -171,3 +171,60 @@ func TestHeldDeliveries(t *testing.T) {
 		}
 	})
 }
+
+// TestRecordAttempts records a batch of outcomes in order: a success, a
+// failure to try again, one whose lease another owner holds (ignored), and
+// a 410, which disables the endpoint and holds what it has pending.
+func TestRecordAttempts(t *testing.T) {
+	Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		ctx := context.Background()
+		s := Open(t, kind)
+		biz := newBusiness(t, s, "Acme")
+		queueDeliveries(t, s, biz.ID, 4)
+		ds, err := s.ClaimDeliveries(ctx, "me", time.Now(), time.Minute, 4)
+		if err != nil || len(ds) != 4 {
+			t.Fatalf("claimed %d, %v", len(ds), err)
+		}
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		base := objects.Attempt{BusinessID: biz.ID, Endpoint: "hook", Owner: "me", At: at, Response: []byte{}, FailingFor: time.Hour}
+		ok, retry, stolen, gone := base, base, base, base
+		ok.DeliveryID, ok.OK, ok.Status = ds[0].ID, true, 204
+		retry.DeliveryID, retry.Status, retry.Next = ds[1].ID, 503, at.Add(5*time.Second)
+		stolen.DeliveryID, stolen.Owner, stolen.OK = ds[2].ID, "someone else", true
+		gone.DeliveryID, gone.Status, gone.Disable = ds[3].ID, 410, "the receiver answered 410 Gone"
+		if err := s.RecordAttempts(ctx, []objects.Attempt{ok, retry, stolen, gone}); err != nil {
+			t.Fatal(err)
+		}
+		all, err := s.Deliveries(ctx, biz.ID, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, d := range all {
+			got[d.ID] = fmt.Sprintf("%s/%d/%d", d.Status, d.Attempts, d.LastStatus)
+		}
+		want := map[string]string{
+			ds[0].ID: "succeeded/1/204",
+			ds[1].ID: "pending/1/503",
+			ds[2].ID: "pending/0/0", // still leased to me, unrecorded
+			ds[3].ID: "failed/1/410",
+		}
+		for id, w := range want {
+			if got[id] != w {
+				t.Errorf("delivery %s: %s, want %s", id, got[id], w)
+			}
+		}
+		eps, err := s.Endpoints(ctx, biz.ID)
+		if err != nil || len(eps) != 1 || !eps[0].Disabled || eps[0].DisabledReason != "the receiver answered 410 Gone" {
+			t.Fatalf("endpoint after a 410: %+v, %v", eps, err)
+		}
+		// The retry is held with its endpoint: nothing is due, even later.
+		if _, due, _ := s.NextDeliveryAt(ctx); due {
+			t.Error("a disabled endpoint's retry is due")
+		}
+		if ds, _ := s.ClaimDeliveries(ctx, "me", at.Add(time.Hour), time.Minute, 10); len(ds) != 0 {
+			t.Errorf("claimed %d deliveries of a disabled endpoint", len(ds))
+		}
+	})
+}
