@@ -57,7 +57,7 @@ func (e *Engine) FindInbound(ctx context.Context, token string) (*InboundTarget,
 	if !strings.HasPrefix(token, "in_") || len(token) != 35 {
 		return nil, objects.ErrNotFound
 	}
-	in, err := e.store.InboundByToken(ctx, token)
+	in, err := e.store.InboundByTokenHash(ctx, HashInboundToken(token))
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,9 @@ type ApplyResult struct {
 	Unchanged  []string  // packs whose active revision already had this content
 	Generation int64
 	Dropped    []string // objects and fields dropped that held data
+	// NewInbound are the inbound webhooks the packs made, with the tokens
+	// of their URLs, shown this once.
+	NewInbound []NewInbound
 }
 
 // An ApplyError is a set of packs refused: they do not compile with the
@@ -145,7 +148,7 @@ func (e *Engine) activate(ctx context.Context, businessID string, opts ApplyOpti
 		if err := e.migrateData(ctx, tx, oldRules, newRules, opts, res); err != nil {
 			return err
 		}
-		if err := ensureWebhooks(ctx, tx, newRules, now()); err != nil {
+		if res.NewInbound, err = ensureWebhooks(ctx, tx, newRules, now()); err != nil {
 			return err
 		}
 		for _, rev := range revs {

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -120,28 +122,52 @@ func appendJSON(b []byte, v any) []byte {
 
 // ensureWebhooks gives every endpoint and inbound webhook of rs a secret
 // and token, unless it has them: they are generated once and kept across
-// revisions.
-func ensureWebhooks(ctx context.Context, tx objects.Tx, rs *rules.Ruleset, at time.Time) error {
+// revisions. It returns the inbound webhooks it made, with their tokens,
+// which are shown this once: the store keeps only their hashes.
+func ensureWebhooks(ctx context.Context, tx objects.Tx, rs *rules.Ruleset, at time.Time) ([]NewInbound, error) {
 	for _, name := range rs.Endpoints() {
 		secret, err := delivery.NewSecret()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := tx.EnsureEndpoint(ctx, name, secret, at); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	var made []NewInbound
 	for _, in := range rs.Inbounds() {
 		secret, err := delivery.NewSecret()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := tx.EnsureInbound(ctx, in.Name, NewInboundToken(), secret, at); err != nil {
-			return err
+		token := NewInboundToken()
+		created, err := tx.EnsureInbound(ctx, in.Name, HashInboundToken(token), inboundHint(token), secret, at)
+		if err != nil {
+			return nil, err
+		}
+		if created {
+			made = append(made, NewInbound{Name: in.Name, Token: token})
 		}
 	}
-	return nil
+	return made, nil
 }
+
+// A NewInbound is an inbound webhook just made, with the token of its URL
+// (/api/in/<token>).
+type NewInbound struct {
+	Name  string
+	Token string
+}
+
+// HashInboundToken is what the store keeps of an inbound webhook's token:
+// its SHA-256, in hex.
+func HashInboundToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// inboundHint is what stays readable of a token: in_ and four characters.
+func inboundHint(token string) string { return token[:7] }
 
 // NewInboundToken returns a new inbound webhook token: in_ and 32 random
 // base62 characters (190 bits).
@@ -173,7 +199,7 @@ func (e *Engine) DisableEndpoint(ctx context.Context, businessID, name, reason s
 	return e.store.DisableEndpoint(ctx, businessID, name, reason, now())
 }
 
-// Inbounds lists a business's inbound webhooks, with their tokens.
+// Inbounds lists a business's inbound webhooks, with their tokens' hints.
 func (e *Engine) Inbounds(ctx context.Context, businessID string) ([]*objects.Inbound, error) {
 	return e.store.Inbounds(ctx, businessID)
 }
@@ -182,5 +208,5 @@ func (e *Engine) Inbounds(ctx context.Context, businessID string) ([]*objects.In
 // old one stops working at once.
 func (e *Engine) RotateInbound(ctx context.Context, businessID, name string) (string, error) {
 	token := NewInboundToken()
-	return token, e.store.RotateInbound(ctx, businessID, name, token, now())
+	return token, e.store.RotateInbound(ctx, businessID, name, HashInboundToken(token), inboundHint(token), now())
 }

@@ -28,6 +28,9 @@ type env struct {
 	biz  map[string]string // "a", "b" → business id
 	keys map[string]string // "a", "b", "revoked" → key
 	ids  map[string]string // fixture name → record id
+	// tokens are the inbound webhook tokens packs made, shown once when
+	// applied: "a/web-form" → token.
+	tokens map[string]string
 }
 
 func newEnv(t *testing.T, kind string) *env {
@@ -36,7 +39,7 @@ func newEnv(t *testing.T, kind string) *env {
 	eng := engine.New(storetest.Open(t, kind), engine.Options{})
 	srv := httptest.NewServer(httpapi.New(eng, httpapi.Options{MaxBody: testMaxBody}))
 	t.Cleanup(srv.Close)
-	e := &env{t: t, url: srv.URL, eng: eng, biz: map[string]string{}, keys: map[string]string{}, ids: map[string]string{}}
+	e := &env{t: t, url: srv.URL, eng: eng, biz: map[string]string{}, keys: map[string]string{}, ids: map[string]string{}, tokens: map[string]string{}}
 	for _, name := range []string{"a", "b"} {
 		b, err := eng.CreateBusiness(ctx, "business "+name)
 		if err != nil {

@@ -36,6 +36,9 @@ func (e *env) applyPack(biz, dirOrYAML string) *engine.ApplyResult {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	for _, in := range res.NewInbound {
+		e.tokens[biz+"/"+in.Name] = in.Token
+	}
 	return res
 }
 

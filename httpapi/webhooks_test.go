@@ -32,7 +32,7 @@ func newEnvWith(t *testing.T, kind string, opts httpapi.Options, eopts engine.Op
 	eng := engine.New(storetest.Open(t, kind), eopts)
 	srv := httptest.NewServer(httpapi.New(eng, opts))
 	t.Cleanup(srv.Close)
-	e := &env{t: t, url: srv.URL, eng: eng, biz: map[string]string{}, keys: map[string]string{}, ids: map[string]string{}}
+	e := &env{t: t, url: srv.URL, eng: eng, biz: map[string]string{}, keys: map[string]string{}, ids: map[string]string{}, tokens: map[string]string{}}
 	for _, name := range []string{"a", "b"} {
 		b, err := eng.CreateBusiness(ctx, "business "+name)
 		if err != nil {
@@ -173,6 +173,16 @@ func (e *env) endpoint(biz, name string) *objects.Endpoint {
 	}
 	e.t.Fatalf("no endpoint %s among %d", name, len(eps))
 	return nil
+}
+
+// inboundToken is the token of an inbound webhook the env's packs made.
+func (e *env) inboundToken(biz, name string) string {
+	e.t.Helper()
+	token, ok := e.tokens[biz+"/"+name]
+	if !ok {
+		e.t.Fatalf("no token of inbound webhook %s/%s", biz, name)
+	}
+	return token
 }
 
 func (e *env) inbound(biz, name string) *objects.Inbound {
@@ -629,9 +639,18 @@ func TestInboundWebhook(t *testing.T) {
 		t.Parallel()
 		e := newEnvWith(t, kind, httpapi.Options{MaxBody: inboundMaxBody}, engine.Options{})
 		e.applyPack("a", inboundPack)
-		token := e.inbound("a", "web-form").Token
+		token := e.inboundToken("a", "web-form")
 		if !strings.HasPrefix(token, "in_") || len(token) != 35 {
 			t.Fatalf("token %q", token)
+		}
+		// The store keeps the token's hash and first characters, not the token.
+		if in := e.inbound("a", "web-form"); in.TokenHash != engine.HashInboundToken(token) || in.TokenHint != token[:7] ||
+			strings.Contains(in.TokenHash, token[3:]) {
+			t.Fatalf("stored %+v for token %q", in, token)
+		}
+		// Applying the pack again makes no new token: the URL in use stays.
+		if res := e.applyPack("a", inboundPack+"\n# again\n"); len(res.NewInbound) != 0 {
+			t.Fatalf("a new revision made inbound tokens again: %+v", res.NewInbound)
 		}
 		e.ids["token"] = token
 		e.run([]scenario{
@@ -737,7 +756,7 @@ func TestInboundWebhook(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if newToken == token || e.inbound("a", "web-form").Token != newToken {
+		if newToken == token || e.inbound("a", "web-form").TokenHash != engine.HashInboundToken(newToken) {
 			t.Fatalf("rotated token %q, old %q", newToken, token)
 		}
 		e.ids["new"] = newToken
@@ -760,7 +779,7 @@ func TestInboundRateLimit(t *testing.T) {
 		t.Parallel()
 		e := newEnvWith(t, kind, httpapi.Options{InboundRate: 1}, engine.Options{})
 		e.applyPack("a", inboundPack)
-		e.ids["token"] = e.inbound("a", "web-form").Token
+		e.ids["token"] = e.inboundToken("a", "web-form")
 		// The bucket starts with a burst of 2 (twice the rate): the first
 		// two requests always pass. It refills at 1 a second, so requests
 		// are refused soon after; keep sending until one is, so that a slow
@@ -811,7 +830,7 @@ func TestInboundSignedWebhook(t *testing.T) {
 		if !strings.HasPrefix(in.Secret, "whsec_") {
 			t.Fatalf("inbound secret %q", in.Secret)
 		}
-		e.ids["token"] = in.Token
+		e.ids["token"] = e.inboundToken("a", "signed-form")
 		body := `{"first_name":"Signed","email":"signed@partner.io"}`
 		signed := func(secret, msgID string, ts time.Time, body string) map[string]string {
 			h := http.Header{}

@@ -95,11 +95,13 @@ type Attempt struct {
 	FailingFor time.Duration
 }
 
-// An Inbound is an inbound webhook's URL token and signing secret.
+// An Inbound is an inbound webhook: the hash of its URL's token and its
+// signing secret.
 type Inbound struct {
 	BusinessID string
 	Name       string
-	Token      string
+	TokenHash  string // hex SHA-256 of the token, which is shown once
+	TokenHint  string // the token's first characters, to tell it apart
 	Secret     string // for inbound webhooks that verify signatures
 	CreatedAt  time.Time
 	RotatedAt  time.Time
@@ -146,12 +148,12 @@ type WebhookStore interface {
 	// first reason.
 	DisableEndpoint(ctx context.Context, businessID, name, reason string, at time.Time) error
 
-	// InboundByToken finds an inbound webhook by its token.
-	InboundByToken(ctx context.Context, token string) (*Inbound, error)
+	// InboundByTokenHash finds an inbound webhook by its token's hash.
+	InboundByTokenHash(ctx context.Context, hash string) (*Inbound, error)
 	// Inbounds lists a business's inbound webhooks.
 	Inbounds(ctx context.Context, businessID string) ([]*Inbound, error)
 	// RotateInbound replaces an inbound webhook's token.
-	RotateInbound(ctx context.Context, businessID, name, token string, at time.Time) error
+	RotateInbound(ctx context.Context, businessID, name, tokenHash, tokenHint string, at time.Time) error
 	// PruneInboundAnswers forgets answers older than before.
 	PruneInboundAnswers(ctx context.Context, before time.Time) error
 }
@@ -167,9 +169,10 @@ type WebhookTx interface {
 	// EnsureEndpoint creates an endpoint with secret unless one of that
 	// name exists.
 	EnsureEndpoint(ctx context.Context, name, secret string, at time.Time) error
-	// EnsureInbound creates an inbound webhook with a token and secret
-	// unless one of that name exists.
-	EnsureInbound(ctx context.Context, name, token, secret string, at time.Time) error
+	// EnsureInbound creates an inbound webhook with a token (its hash and
+	// hint) and secret unless one of that name exists; it reports whether
+	// it created one.
+	EnsureInbound(ctx context.Context, name, tokenHash, tokenHint, secret string, at time.Time) (bool, error)
 	// ReserveInboundKey reserves an idempotency key of an inbound webhook
 	// for this transaction. When an answer younger than since is stored
 	// under it, it reserves nothing and returns that answer. On PostgreSQL

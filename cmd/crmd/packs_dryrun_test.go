@@ -6,6 +6,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -49,7 +50,11 @@ func TestPackDryRun(t *testing.T) {
 		dsn := storetest.DSN(t, kind)
 		key, _ := newBusiness(t, dsn, "Acme")
 		h := bearer(key)
-		wantStdout(t, packCmd(t, "apply", dsn, "Acme", examplePack(t)), 0, "field-services: revision 1 active\n")
+		// The example pack's inbound webhook is made, and its URL shown.
+		r := packCmd(t, "apply", dsn, "Acme", examplePack(t))
+		if r.code != 0 || !regexp.MustCompile(`^field-services: revision 1 active\ninbound webhook contact-form: /api/in/in_[0-9A-Za-z]{32}\n$`).MatchString(r.stdout) {
+			t.Fatalf("pack apply of the example:\n%v", r)
+		}
 		s := startServer(t, dsn)
 
 		company := recordID(t, s.mustSend(t, 201, "POST", "/api/v1/companies", h, `{"name":"Acme Ltd"}`))

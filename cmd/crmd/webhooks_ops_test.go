@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -126,5 +127,59 @@ webhooks:
 			t.Errorf("the replay came as %s, want msg_%s (of %v)", ids[3], pending[0].ID, ids)
 		}
 		s.stop(t)
+	})
+}
+
+// TestInboundTokenShownOnce: the URL of an inbound webhook is printed by
+// the pack apply that makes it, and by a rotation, and nowhere else: the
+// list shows its start, a later apply nothing, and the server's log never
+// the token.
+func TestInboundTokenShownOnce(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, kind string) {
+		t.Parallel()
+		dsn := storetest.DSN(t, kind)
+		newBusiness(t, dsn, "Acme")
+		dir := t.TempDir()
+		pack := `pack: forms
+inbound:
+  - name: web-form
+    object: leads
+    mapping:
+      email: = payload.email
+`
+		writeFile(t, filepath.Join(dir, "forms.yaml"), pack)
+		r := packCmd(t, "apply", dsn, "Acme", dir)
+		m := regexp.MustCompile(`^forms: revision 1 active\ninbound webhook web-form: (/api/in/in_[0-9A-Za-z]{32})\n$`).FindStringSubmatch(r.stdout)
+		if r.code != 0 || m == nil || !strings.Contains(r.stderr, "shown this once") {
+			t.Fatalf("pack apply:\n%v", r)
+		}
+		path := m[1]
+		token := strings.TrimPrefix(path, "/api/in/")
+
+		s := startServer(t, dsn)
+		s.mustSend(t, http.StatusCreated, "POST", path, nil, `{"email":"ada@example.com"}`)
+
+		list := crmdOK(t, "inbound", "list", "--business", "Acme", "--db", dsn)
+		if strings.Contains(list, token) || !strings.Contains(list, "/api/in/"+token[:7]+"…") {
+			t.Errorf("inbound list shows the token, or not its start %s:\n%s", token[:7], list)
+		}
+		writeFile(t, filepath.Join(dir, "forms.yaml"), pack+"# a new revision\n")
+		if r := packCmd(t, "apply", dsn, "Acme", dir); strings.Contains(r.stdout, "/api/in/") {
+			t.Errorf("a later apply printed a URL again:\n%v", r)
+		}
+
+		rotated := strings.TrimSpace(crmdOK(t, "inbound", "rotate", "--business", "Acme", "web-form", "--db", dsn))
+		if !strings.HasPrefix(rotated, "/api/in/in_") || rotated == path {
+			t.Fatalf("rotate printed %q", rotated)
+		}
+		s.mustSend(t, http.StatusNotFound, "POST", path, nil, `{"email":"eve@example.com"}`)
+		s.mustSend(t, http.StatusCreated, "POST", rotated, nil, `{"email":"eve@example.com"}`)
+		s.stop(t)
+		for _, tok := range []string{token, strings.TrimPrefix(rotated, "/api/in/")} {
+			if strings.Contains(s.stderr.String(), tok) {
+				t.Errorf("the server logged an inbound token")
+			}
+		}
 	})
 }

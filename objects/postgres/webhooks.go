@@ -63,10 +63,13 @@ func (t *tx) EnsureEndpoint(ctx context.Context, name, secret string, at time.Ti
 	return err
 }
 
-func (t *tx) EnsureInbound(ctx context.Context, name, token, secret string, at time.Time) error {
-	_, err := t.t.Exec(ctx, `INSERT INTO inbound_webhooks VALUES ($1, $2, $3, $4, $5, $5)
-		ON CONFLICT (business_id, name) DO NOTHING`, t.business, name, token, secret, at)
-	return err
+func (t *tx) EnsureInbound(ctx context.Context, name, tokenHash, tokenHint, secret string, at time.Time) (bool, error) {
+	tag, err := t.t.Exec(ctx, `INSERT INTO inbound_webhooks (business_id, name, token_hash, token_hint, secret, created_at, rotated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $6) ON CONFLICT (business_id, name) DO NOTHING`, t.business, name, tokenHash, tokenHint, secret, at)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 func (t *tx) ReserveInboundKey(ctx context.Context, inbound, key string, since, at time.Time) (*objects.InboundAnswer, error) {
@@ -424,19 +427,19 @@ func (s *Store) DisableEndpoint(ctx context.Context, businessID, name, reason st
 	})
 }
 
-const inboundColumns = "business_id, name, token, secret, created_at, rotated_at"
+const inboundColumns = "business_id, name, token_hash, token_hint, secret, created_at, rotated_at"
 
 func scanInbound(row pgx.Row) (*objects.Inbound, error) {
 	in := &objects.Inbound{}
-	if err := row.Scan(&in.BusinessID, &in.Name, &in.Token, &in.Secret, &in.CreatedAt, &in.RotatedAt); err != nil {
+	if err := row.Scan(&in.BusinessID, &in.Name, &in.TokenHash, &in.TokenHint, &in.Secret, &in.CreatedAt, &in.RotatedAt); err != nil {
 		return nil, err
 	}
 	in.CreatedAt, in.RotatedAt = in.CreatedAt.UTC(), in.RotatedAt.UTC()
 	return in, nil
 }
 
-func (s *Store) InboundByToken(ctx context.Context, token string) (*objects.Inbound, error) {
-	in, err := scanInbound(s.pool.QueryRow(ctx, "SELECT "+inboundColumns+" FROM inbound_webhooks WHERE token = $1", token))
+func (s *Store) InboundByTokenHash(ctx context.Context, hash string) (*objects.Inbound, error) {
+	in, err := scanInbound(s.pool.QueryRow(ctx, "SELECT "+inboundColumns+" FROM inbound_webhooks WHERE token_hash = $1", hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, objects.ErrNotFound
 	}
@@ -460,9 +463,9 @@ func (s *Store) Inbounds(ctx context.Context, businessID string) ([]*objects.Inb
 	return out, rows.Err()
 }
 
-func (s *Store) RotateInbound(ctx context.Context, businessID, name, token string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, "UPDATE inbound_webhooks SET token = $1, rotated_at = $2 WHERE business_id = $3 AND name = $4",
-		token, at, businessID, name)
+func (s *Store) RotateInbound(ctx context.Context, businessID, name, tokenHash, tokenHint string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, "UPDATE inbound_webhooks SET token_hash = $1, token_hint = $2, rotated_at = $3 WHERE business_id = $4 AND name = $5",
+		tokenHash, tokenHint, at, businessID, name)
 	if err != nil {
 		return err
 	}

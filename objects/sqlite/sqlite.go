@@ -10,8 +10,11 @@ package sqlite
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,6 +30,23 @@ import (
 
 	"github.com/crmd/crmd/objects"
 )
+
+func init() {
+	// For migration 0005, which hashes the inbound tokens stored before it.
+	sqlite.MustRegisterDeterministicScalarFunction("crmd_sha256_hex", 1, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		var b []byte
+		switch v := args[0].(type) {
+		case string:
+			b = []byte(v)
+		case []byte:
+			b = v
+		default:
+			return nil, fmt.Errorf("crmd_sha256_hex: a %T", v)
+		}
+		sum := sha256.Sum256(b)
+		return hex.EncodeToString(sum[:]), nil
+	})
+}
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS

@@ -56,10 +56,14 @@ func (t *tx) EnsureEndpoint(ctx context.Context, name, secret string, at time.Ti
 	return err
 }
 
-func (t *tx) EnsureInbound(ctx context.Context, name, token, secret string, at time.Time) error {
-	_, err := t.s.conn.ExecContext(bg, `INSERT INTO inbound_webhooks VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (business_id, name) DO NOTHING`, t.business, name, token, secret, micros(at), micros(at))
-	return err
+func (t *tx) EnsureInbound(ctx context.Context, name, tokenHash, tokenHint, secret string, at time.Time) (bool, error) {
+	res, err := t.s.conn.ExecContext(bg, `INSERT INTO inbound_webhooks (business_id, name, token_hash, token_hint, secret, created_at, rotated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (business_id, name) DO NOTHING`, t.business, name, tokenHash, tokenHint, secret, micros(at), micros(at))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 func (t *tx) ReserveInboundKey(ctx context.Context, inbound, key string, since, at time.Time) (*objects.InboundAnswer, error) {
@@ -332,18 +336,20 @@ func (s *Store) DisableEndpoint(ctx context.Context, businessID, name, reason st
 	})
 }
 
+const inboundColumns = "business_id, name, token_hash, token_hint, secret, created_at, rotated_at"
+
 func scanInbound(row scanner) (*objects.Inbound, error) {
 	in := &objects.Inbound{}
 	var created, rotated int64
-	if err := row.Scan(&in.BusinessID, &in.Name, &in.Token, &in.Secret, &created, &rotated); err != nil {
+	if err := row.Scan(&in.BusinessID, &in.Name, &in.TokenHash, &in.TokenHint, &in.Secret, &created, &rotated); err != nil {
 		return nil, err
 	}
 	in.CreatedAt, in.RotatedAt = fromMicros(created), fromMicros(rotated)
 	return in, nil
 }
 
-func (s *Store) InboundByToken(ctx context.Context, token string) (*objects.Inbound, error) {
-	in, err := scanInbound(s.read.QueryRowContext(context.WithoutCancel(ctx), "SELECT * FROM inbound_webhooks WHERE token = ?", token))
+func (s *Store) InboundByTokenHash(ctx context.Context, hash string) (*objects.Inbound, error) {
+	in, err := scanInbound(s.read.QueryRowContext(context.WithoutCancel(ctx), "SELECT "+inboundColumns+" FROM inbound_webhooks WHERE token_hash = ?", hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, objects.ErrNotFound
 	}
@@ -351,7 +357,7 @@ func (s *Store) InboundByToken(ctx context.Context, token string) (*objects.Inbo
 }
 
 func (s *Store) Inbounds(ctx context.Context, businessID string) ([]*objects.Inbound, error) {
-	rows, err := s.read.QueryContext(context.WithoutCancel(ctx), "SELECT * FROM inbound_webhooks WHERE business_id = ? ORDER BY name", businessID)
+	rows, err := s.read.QueryContext(context.WithoutCancel(ctx), "SELECT "+inboundColumns+" FROM inbound_webhooks WHERE business_id = ? ORDER BY name", businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -367,10 +373,10 @@ func (s *Store) Inbounds(ctx context.Context, businessID string) ([]*objects.Inb
 	return out, rows.Err()
 }
 
-func (s *Store) RotateInbound(ctx context.Context, businessID, name, token string, at time.Time) error {
+func (s *Store) RotateInbound(ctx context.Context, businessID, name, tokenHash, tokenHint string, at time.Time) error {
 	return s.do(ctx, func(c *sql.Conn) error {
-		res, err := c.ExecContext(bg, "UPDATE inbound_webhooks SET token = ?, rotated_at = ? WHERE business_id = ? AND name = ?",
-			token, micros(at), businessID, name)
+		res, err := c.ExecContext(bg, "UPDATE inbound_webhooks SET token_hash = ?, token_hint = ?, rotated_at = ? WHERE business_id = ? AND name = ?",
+			tokenHash, tokenHint, micros(at), businessID, name)
 		if err != nil {
 			return err
 		}

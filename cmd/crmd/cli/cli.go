@@ -51,7 +51,7 @@ func commands() []command {
 		{"webhook replay", "--business NAME DELIVERY_ID", "send a delivery again", webhookReplay},
 		{"webhook enable", "--business NAME WEBHOOK", "enable a disabled webhook", webhookEnable},
 		{"webhook disable", "--business NAME [--reason TEXT] WEBHOOK", "stop sending a webhook's deliveries; they wait until it is enabled", webhookDisable},
-		{"inbound list", "--business NAME [--base-url URL] [--secrets] [--json]", "list a business's inbound webhooks and their URLs", inboundList},
+		{"inbound list", "--business NAME [--base-url URL] [--secrets] [--json]", "list a business's inbound webhooks and the start of their URLs", inboundList},
 		{"inbound rotate", "--business NAME INBOUND", "give an inbound webhook a new URL; prints it", inboundRotate},
 	}
 }

@@ -263,6 +263,12 @@ func printApplied(c *cli, res *engine.ApplyResult) {
 	for _, d := range res.Dropped {
 		fmt.Fprintf(c.stderr, "dropped %s; its data is kept and comes back if it is declared again\n", d)
 	}
+	for _, in := range res.NewInbound {
+		fmt.Fprintf(c.stdout, "inbound webhook %s: /api/in/%s\n", in.Name, in.Token)
+	}
+	if len(res.NewInbound) > 0 {
+		fmt.Fprintln(c.stderr, "new inbound webhook URLs are shown this once: give them to their senders; crmd inbound rotate makes new ones")
+	}
 }
 
 func packRollback(ctx context.Context, c *cli, args []string) error {
@@ -390,6 +396,10 @@ func watchPacks(ctx context.Context, eng *engine.Engine, businessID, dir string,
 			if err == nil {
 				for _, a := range res.Activated {
 					log.Info("applied rule pack from "+dir, "pack", a.Pack, "revision", a.Revision)
+				}
+				for _, in := range res.NewInbound {
+					// Never the token: logs are not for secrets.
+					log.Info("new inbound webhook; crmd inbound rotate gives it a URL to use", "inbound", in.Name)
 				}
 				return
 			}

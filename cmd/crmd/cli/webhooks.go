@@ -226,16 +226,18 @@ func inboundList(ctx context.Context, c *cli, args []string) error {
 			objs[in.Name] = in.Object
 		}
 	}
+	// The tokens themselves are not kept: a URL shows its token's first
+	// characters, to tell it apart.
 	type row struct {
 		Name      string    `json:"name"`
 		Object    string    `json:"object,omitempty"`
-		URL       string    `json:"url"`
+		URL       string    `json:"url_hint"`
 		Secret    string    `json:"secret,omitempty"`
 		RotatedAt time.Time `json:"rotated_at"`
 	}
 	rows := make([]row, 0, len(ins))
 	for _, in := range ins {
-		r := row{Name: in.Name, Object: objs[in.Name], URL: strings.TrimSuffix(*base, "/") + "/api/in/" + in.Token, RotatedAt: in.RotatedAt}
+		r := row{Name: in.Name, Object: objs[in.Name], URL: strings.TrimSuffix(*base, "/") + "/api/in/" + in.TokenHint + "…", RotatedAt: in.RotatedAt}
 		if *secrets {
 			r.Secret = in.Secret
 		}
@@ -245,7 +247,7 @@ func inboundList(ctx context.Context, c *cli, args []string) error {
 		return printJSON(c, rows)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	head := "NAME\tOBJECT\tURL\tSINCE"
+	head := "NAME\tOBJECT\tURL (START)\tSINCE"
 	if *secrets {
 		head += "\tSECRET"
 	}
