@@ -215,6 +215,14 @@ func scanDelivery(row pgx.Row, extra ...any) (*objects.Delivery, error) {
 	return d, nil
 }
 
+// endpointEnabled checks, row by row, that a delivery d's endpoint is
+// enabled: held deliveries aside, this only skips the few a write queued
+// while its endpoint was being disabled. As a scalar subquery it keeps the
+// planner walking deliveries_due in order and stopping at the limit; as
+// EXISTS it became a join that read and sorted every due delivery.
+const endpointEnabled = `coalesce((SELECT e.disabled_at IS NULL FROM webhook_endpoints e
+	WHERE e.business_id = d.business_id AND e.name = d.endpoint), false)`
+
 // ClaimDeliveries leases due deliveries with FOR UPDATE SKIP LOCKED, so
 // that dispatchers in several processes claim different ones. The due rows
 // are picked in a materialized CTE: as "WHERE id IN (SELECT ... LIMIT n)"
@@ -222,31 +230,45 @@ func scanDelivery(row pgx.Row, extra ...any) (*objects.Delivery, error) {
 // more than n (a known PostgreSQL trap, seen here as a dispatcher with more
 // sends than workers).
 func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now time.Time, lease time.Duration, limit int) ([]*objects.Delivery, error) {
-	rows, err := s.pool.Query(ctx, `WITH due AS MATERIALIZED (
-			SELECT d.id FROM deliveries d
-			WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $3
-			AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
-			ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
-		UPDATE deliveries SET lease_owner = $1, next_attempt_at = $2 FROM due
-		WHERE deliveries.id = due.id AND deliveries.status = 'pending' AND deliveries.next_attempt_at <= $3
-		RETURNING `+deliveryColumns+`,
-			(SELECT secret FROM webhook_endpoints e WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint)`,
-		owner, now.Add(lease), now, limit)
+	var out []*objects.Delivery
+	err := pgx.BeginFunc(ctx, s.pool, func(t pgx.Tx) error {
+		// The walk of deliveries_due in order, stopping at the limit, is
+		// pinned: with statistics from before a backlog built up, the
+		// planner reads every due delivery and sorts them, on each claim,
+		// just when the dispatcher has most to catch up on.
+		if _, err := t.Exec(ctx, "SET LOCAL enable_sort = off; SET LOCAL enable_bitmapscan = off"); err != nil {
+			return err
+		}
+		rows, err := t.Query(ctx, `WITH due AS MATERIALIZED (
+				SELECT d.id FROM deliveries d
+				WHERE d.status = 'pending' AND NOT d.held AND d.next_attempt_at <= $3
+				AND `+endpointEnabled+`
+				ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+			UPDATE deliveries SET lease_owner = $1, next_attempt_at = $2 FROM due
+			WHERE deliveries.id = due.id AND deliveries.status = 'pending' AND deliveries.next_attempt_at <= $3
+			RETURNING `+deliveryColumns+`,
+				(SELECT secret FROM webhook_endpoints e WHERE e.business_id = deliveries.business_id AND e.name = deliveries.endpoint)`,
+			owner, now.Add(lease), now, limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		out = out[:0]
+		for rows.Next() {
+			var secret string
+			d, err := scanDelivery(rows, &secret)
+			if err != nil {
+				return err
+			}
+			d.Secret = secret
+			out = append(out, d)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming deliveries: %w", err)
 	}
-	defer rows.Close()
-	var out []*objects.Delivery
-	for rows.Next() {
-		var secret string
-		d, err := scanDelivery(rows, &secret)
-		if err != nil {
-			return nil, err
-		}
-		d.Secret = secret
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (s *Store) RecordAttempts(ctx context.Context, as []objects.Attempt) error {
@@ -316,7 +338,7 @@ func (s *Store) NextDeliveryAt(ctx context.Context) (time.Time, bool, error) {
 	var next time.Time
 	err := s.pool.QueryRow(ctx, `SELECT d.next_attempt_at FROM deliveries d
 		WHERE d.status = 'pending' AND NOT d.held
-		AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.business_id = d.business_id AND e.name = d.endpoint AND e.disabled_at IS NULL)
+		AND `+endpointEnabled+`
 		ORDER BY d.next_attempt_at LIMIT 1`).Scan(&next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil
