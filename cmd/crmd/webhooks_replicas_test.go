@@ -79,6 +79,17 @@ func (g *gatedReceiver) notify() {
 	}
 }
 
+// waitFull waits until more requests wait at the receiver than one process
+// sends at once: both processes are sending.
+func (g *gatedReceiver) waitFull(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.full:
+	case <-time.After(processTimeout): // a guard against hangs
+		t.Fatalf("never more than %d requests at once: one process sends everything", workersPerReplica)
+	}
+}
+
 // waitAnswered waits until every id in want has been answered.
 func (g *gatedReceiver) waitAnswered(t *testing.T, want map[string]bool) {
 	t.Helper()
@@ -160,11 +171,7 @@ func TestWebhooksTwoReplicas(t *testing.T) {
 	g := newGatedReceiver(t)
 	const n = 60
 	dsn, servers, want := replicaSetup(t, g, n, "2m")
-	select {
-	case <-g.full:
-	case <-time.After(processTimeout):
-		t.Fatalf("never more than %d requests at once: one process sends everything", workersPerReplica)
-	}
+	g.waitFull(t)
 	close(g.open)
 	g.waitAnswered(t, want)
 	for _, s := range servers {
@@ -199,11 +206,7 @@ func TestWebhooksLeaseTakenOver(t *testing.T) {
 	g := newGatedReceiver(t)
 	const n = 30
 	dsn, servers, want := replicaSetup(t, g, n, "2s")
-	select {
-	case <-g.full:
-	case <-time.After(processTimeout):
-		t.Fatalf("never more than %d requests at once: one process sends everything", workersPerReplica)
-	}
+	g.waitFull(t)
 	servers[0].kill(t)
 	// The killed process's requests are abandoned; wait until they are, so
 	// that opening the gate cannot answer them.
